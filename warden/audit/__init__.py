@@ -1,0 +1,1 @@
+"""The append-only, tamper-evident audit log: records, Merkle tree, signed checkpoints, verification."""

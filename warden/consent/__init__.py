@@ -1,0 +1,1 @@
+"""Asking a human: terminal review, in-band elicitation to the host, refusal when nobody can be asked."""

@@ -1,0 +1,1 @@
+"""Policy files, layering (org bounds user), the pure decision engine, and tool pins."""

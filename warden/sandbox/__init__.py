@@ -1,0 +1,1 @@
+"""Isolation for upstream servers: bubblewrap and container launchers, limits, seccomp, ``doctor`` checks."""
