@@ -68,8 +68,12 @@ class Child(Protocol):
 class Launcher(Protocol):
     """Starts children. Implementations must fail closed: raise rather than start something weaker."""
 
-    def manifest(self) -> dict[str, Any]:
-        """JSON-able description of how this launcher isolates a child (kind, profile, limits, network)."""
+    def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
+        """JSON-able description of how ``spec`` would be isolated (kind, profile, binds, limits, network).
+
+        Deterministic for a given spec and machine: it is hashed into the server's identity, so a change in how a
+        server is sandboxed makes it a new, unapproved server.
+        """
         ...
 
     async def launch(self, spec: LaunchSpec) -> Child:
@@ -151,7 +155,7 @@ class UnsafeUnsandboxedLauncher:
     measure a bare baseline. Every launch logs a warning.
     """
 
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
         return {"kind": "none"}
 
     async def launch(self, spec: LaunchSpec) -> Child:
