@@ -10,6 +10,7 @@ Children are started from the trio thread (``trio.lowlevel.open_process``), neve
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -86,7 +87,9 @@ class ProcessChild:
     """Adapts a ``trio.Process`` started in its own session (so a signal reaches its whole process group)."""
 
     def __init__(self, process: trio.Process) -> None:
-        assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+        assert process.stdin is not None
+        assert process.stdout is not None
+        assert process.stderr is not None
         self._process = process
         self._stdin = process.stdin
         self._stdout = process.stdout
@@ -118,10 +121,8 @@ class ProcessChild:
     def _signal_group(self, sig: signal.Signals) -> None:
         if self._process.returncode is not None:
             return
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self._process.pid, sig)
-        except ProcessLookupError:
-            pass
 
     def terminate(self) -> None:
         self._signal_group(signal.SIGTERM)

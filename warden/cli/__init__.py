@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from warden import __version__
-from warden.cli import run
+from warden.cli import run as run
 from warden.cli._common import CommandContext
 from warden.errors import WardenError
 

@@ -1,0 +1,97 @@
+"""Reshaping results and capabilities between eras. Pure functions over decoded JSON.
+
+A legacy host must not see modern-only fields (``resultType``, ``ttlMs``, ``cacheScope``, the server-info and
+subscription ``_meta`` keys); a modern host must get them (absent ``resultType`` means complete, but warden states
+it, and cacheable results always carry freshness fields — a result warden cannot vouch for is ``ttlMs: 0`` and
+``cacheScope: "private"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+from warden.protocol.eras import (
+    CACHEABLE_METHODS,
+    META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO,
+    META_LOG_LEVEL,
+    META_PROTOCOL_VERSION,
+    META_SERVER_INFO,
+    META_SUBSCRIPTION_ID,
+    Era,
+)
+
+_MODERN_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
+_MODERN_RESULT_META: Final = (META_SERVER_INFO, META_SUBSCRIPTION_ID)
+_HOST_META: Final = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, "progressToken")
+
+SERVER_FEATURES: Final = ("tools", "prompts", "resources", "completions", "logging")
+"""Server capabilities warden passes on. Others (tasks, extensions, experimental) are withheld: warden does not
+forward what it cannot check."""
+
+CLIENT_FEATURES: Final = ("roots", "sampling", "elicitation")
+"""Client capabilities warden can route from a server to its host."""
+
+
+def strip_host_meta(params: Mapping[str, Any]) -> dict[str, Any]:
+    """A host request's params minus the ``_meta`` keys that describe the host's hop (warden sets its own)."""
+    out = dict(params)
+    meta = out.get("_meta")
+    if isinstance(meta, dict):
+        kept = {k: v for k, v in meta.items() if k not in _HOST_META}
+        if kept:
+            out["_meta"] = kept
+        else:
+            del out["_meta"]
+    return out
+
+
+def to_legacy_result(result: dict[str, Any]) -> dict[str, Any]:
+    """Drop modern-only fields from a result bound for a legacy host."""
+    for key in _MODERN_RESULT_KEYS:
+        result.pop(key, None)
+    meta = result.get("_meta")
+    if isinstance(meta, dict):
+        for key in _MODERN_RESULT_META:
+            meta.pop(key, None)
+        if not meta:
+            del result["_meta"]
+    return result
+
+
+def to_modern_result(result: dict[str, Any], method: str, server_info: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Add what a modern host expects to a legacy server's result."""
+    result["resultType"] = "complete"
+    if method in CACHEABLE_METHODS:
+        result.setdefault("ttlMs", 0)
+        result.setdefault("cacheScope", "private")
+    if server_info is not None:
+        meta = result.setdefault("_meta", {})
+        if isinstance(meta, dict):
+            meta.setdefault(META_SERVER_INFO, dict(server_info))
+    return result
+
+
+def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, host_era: Era) -> dict[str, Any]:
+    """The server capabilities warden shows its host: the upstream's, limited to what warden forwards.
+
+    Change signals do not cross eras yet (a modern server sends them only on ``subscriptions/listen``; a legacy
+    one only on its session), so ``listChanged`` and ``subscribe`` are withheld across eras rather than promised.
+    """
+    out: dict[str, Any] = {}
+    for key in SERVER_FEATURES:
+        value = capabilities.get(key)
+        if not isinstance(value, dict):
+            continue
+        value = dict(value)
+        if upstream_era is not host_era:
+            value.pop("listChanged", None)
+            value.pop("subscribe", None)
+        out[key] = value
+    return out
+
+
+def routable_client_capabilities(capabilities: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a host's client capabilities warden can honour by forwarding questions to that host."""
+    return {k: capabilities[k] for k in CLIENT_FEATURES if isinstance(capabilities.get(k), dict)}

@@ -1,0 +1,328 @@
+"""JSON-RPC 2.0 messages as MCP uses them: parse a minimal envelope, keep the wire bytes, classify.
+
+warden forwards what it does not need to understand untouched. Parsing therefore stops at the envelope: ``id``,
+``params``, ``result`` and ``error`` are kept as the exact JSON text the peer sent (``msgspec.Raw``), and the
+encoders splice raw text back in. Only what policy or translation must read is decoded further, by the caller.
+
+Classification never raises on peer input: whatever bytes arrive, :func:`parse_message` returns one of
+:class:`Request`, :class:`Notification`, :class:`Response`, :class:`ErrorResponse` or :class:`Invalid` (which
+carries the JSON-RPC error code to answer with, and the id when one could be found).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+import msgspec
+
+from warden.protocol.framing import OVERSIZED_PREFIX_BYTES
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+HEADER_MISMATCH: Final = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY: Final = -32021
+UNSUPPORTED_PROTOCOL_VERSION: Final = -32022
+REQUEST_TIMEOUT: Final = -32001
+"""Implementation-defined (the -32000..-32019 band): the upstream did not answer in time. The SDKs use it too."""
+CONNECTION_CLOSED: Final = -32000
+"""Implementation-defined: the upstream server went away while the request was in flight."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A request. ``id`` and ``params`` are raw JSON text; ``params`` is None when absent."""
+
+    id: bytes
+    method: str
+    params: bytes | None
+    raw: bytes
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Notification:
+    method: str
+    params: bytes | None
+    raw: bytes
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Response:
+    """A success response. ``result`` is the raw JSON object text."""
+
+    id: bytes
+    result: bytes
+    raw: bytes
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ErrorResponse:
+    """An error response. ``error`` is the raw error object; ``code`` and ``message`` are decoded from it."""
+
+    id: bytes | None
+    code: int
+    message: str
+    error: bytes
+    raw: bytes
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Invalid:
+    """Bytes that are not a valid message. Answer with ``code`` if ``id`` is known and it was a request."""
+
+    code: int
+    reason: str
+    id: bytes | None
+    is_request: bool
+    raw: bytes
+
+
+Message = Request | Notification | Response | ErrorResponse | Invalid
+
+
+class _Envelope(msgspec.Struct):
+    jsonrpc: Any = msgspec.UNSET
+    id: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    method: Any = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+class _ErrorObject(msgspec.Struct):
+    code: int
+    message: str
+    data: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_decode_envelope = msgspec.json.Decoder(_Envelope).decode
+_decode_error_object = msgspec.json.Decoder(_ErrorObject).decode
+
+
+def _unparseable(reason: str, data: bytes) -> Invalid:
+    """A parse error; the id is known only if the message's start is readable enough to show it."""
+    id_raw, has_method = scan_prefix(data[:OVERSIZED_PREFIX_BYTES])
+    return Invalid(PARSE_ERROR, reason, id_raw, has_method, data)
+
+
+def _valid_id(raw: bytes) -> bool:
+    # msgspec already checked the JSON syntax; MCP ids are strings or numbers, never null, bools or structures.
+    first = raw[:1]
+    return first == b'"' or first == b"-" or first.isdigit()
+
+
+def parse_message(data: bytes) -> Message:
+    """Classify one framed message. Never raises on peer input."""
+    try:
+        env = _decode_envelope(data)
+    except msgspec.ValidationError:
+        stripped = data.lstrip()
+        what = "a batch (JSON array)" if stripped[:1] == b"[" else "not a JSON object"
+        return Invalid(INVALID_REQUEST, f"message is {what}; MCP sends one JSON object per message",
+                       None, False, data)
+    except msgspec.DecodeError as exc:
+        return _unparseable(f"not valid JSON: {exc}", data)
+    if not data.isascii():
+        # JSON text is UTF-8 (RFC 8259). msgspec does not check inside the raw spans it keeps, so check here,
+        # once, rather than forward bytes a peer's parser may read differently.
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return _unparseable(f"not valid UTF-8 at byte {exc.start}", data)
+
+    raw_id = None if env.id is msgspec.UNSET else bytes(env.id)
+    has_method = env.method is not msgspec.UNSET
+    if env.jsonrpc != "2.0":
+        return Invalid(INVALID_REQUEST, 'missing or wrong "jsonrpc" (must be "2.0")', raw_id, has_method, data)
+    if raw_id is not None and not _valid_id(raw_id):
+        if raw_id == b"null" and not has_method and env.error is not msgspec.UNSET:
+            raw_id = None  # JSON-RPC: an error about an unreadable request carries id null
+        else:
+            return Invalid(INVALID_REQUEST, "id must be a string or a number", None, has_method, data)
+    params = None if env.params is msgspec.UNSET else bytes(env.params)
+
+    if has_method:
+        if not isinstance(env.method, str) or not env.method:
+            return Invalid(INVALID_REQUEST, "method must be a non-empty string", raw_id, True, data)
+        if env.result is not msgspec.UNSET or env.error is not msgspec.UNSET:
+            return Invalid(INVALID_REQUEST, "a request cannot carry result or error", raw_id, True, data)
+        if params is not None and params[:1] != b"{":
+            return Invalid(INVALID_PARAMS, "params must be an object", raw_id, True, data)
+        if raw_id is None:
+            return Notification(env.method, params, data)
+        return Request(raw_id, env.method, params, data)
+
+    if env.result is not msgspec.UNSET:
+        if env.error is not msgspec.UNSET:
+            return Invalid(INVALID_REQUEST, "a response cannot carry both result and error", raw_id, False, data)
+        if raw_id is None:
+            return Invalid(INVALID_REQUEST, "a response needs an id", None, False, data)
+        result = bytes(env.result)
+        if result[:1] != b"{":
+            return Invalid(INVALID_REQUEST, "result must be an object", raw_id, False, data)
+        return Response(raw_id, result, data)
+
+    if env.error is not msgspec.UNSET:
+        error = bytes(env.error)
+        try:
+            obj = _decode_error_object(error)
+        except msgspec.DecodeError:
+            return Invalid(INVALID_REQUEST, "error must be an object with integer code and string message",
+                           raw_id, False, data)
+        return ErrorResponse(raw_id, obj.code, obj.message, error, data)
+
+    return Invalid(INVALID_REQUEST, "neither a request, a notification nor a response", raw_id, False, data)
+
+
+# --- encoding -----------------------------------------------------------------------------------------------------
+
+_json_encode = msgspec.json.encode
+
+
+def encode_request(id_raw: bytes, method: str, params: bytes | None) -> bytes:
+    """A request with the given raw id and raw params text (spliced in untouched)."""
+    head = b'{"jsonrpc":"2.0","id":' + id_raw + b',"method":' + _json_encode(method)
+    return head + (b',"params":' + params + b"}" if params is not None else b"}")
+
+
+def encode_notification(method: str, params: bytes | None) -> bytes:
+    head = b'{"jsonrpc":"2.0","method":' + _json_encode(method)
+    return head + (b',"params":' + params + b"}" if params is not None else b"}")
+
+
+def encode_result(id_raw: bytes, result: bytes) -> bytes:
+    """A success response carrying ``result`` (raw object text) for ``id_raw``."""
+    return b'{"jsonrpc":"2.0","id":' + id_raw + b',"result":' + result + b"}"
+
+
+def encode_error_object(error: bytes, id_raw: bytes | None) -> bytes:
+    """An error response carrying an already-encoded error object (forwarded untouched)."""
+    return b'{"jsonrpc":"2.0","id":' + (id_raw if id_raw is not None else b"null") + b',"error":' + error + b"}"
+
+
+def error_object(code: int, message: str, data: Any = None) -> bytes:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        body["data"] = data
+    return _json_encode(body)
+
+
+def encode_error(id_raw: bytes | None, code: int, message: str, data: Any = None) -> bytes:
+    return encode_error_object(error_object(code, message, data), id_raw)
+
+
+def encode_json(value: Any) -> bytes:
+    """Encode a value warden built itself (compact, key order kept)."""
+    return _json_encode(value)
+
+
+def decode_json(raw: bytes) -> Any:
+    """Decode raw JSON text warden needs to read. Raises ``msgspec.DecodeError`` on malformed input."""
+    return msgspec.json.decode(raw)
+
+
+def decode_object(raw: bytes | None) -> dict[str, Any]:
+    """Decode raw ``params``/``result`` text into a dict (``{}`` when absent).
+
+    Raises:
+        TypeError: the text is not a JSON object. (Framed messages are checked already, so this means a caller
+            passed something else.)
+    """
+    if raw is None:
+        return {}
+    value = msgspec.json.decode(raw)
+    if not isinstance(value, dict):
+        raise TypeError("expected a JSON object")
+    return value
+
+
+# --- finding the id of an oversized message -----------------------------------------------------------------------
+
+_WS = re.compile(rb"[ \t\r\n]*")
+_STRING = re.compile(rb'"(?:[^"\\\x00-\x1f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"')
+_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
+
+
+def scan_prefix(prefix: bytes) -> tuple[bytes | None, bool]:
+    """Look through the start of a (too long) JSON object for its top-level ``id`` and ``method`` keys.
+
+    Returns ``(id_raw, has_method)``: the id's raw text if a complete string or number value for the top-level key
+    ``"id"`` lies within ``prefix``, and whether a top-level ``"method"`` key was seen. Stops, without raising, at
+    the first thing it does not understand or at the end of the prefix.
+    """
+    found_id: bytes | None = None
+    has_method = False
+    pos = _WS.match(prefix, 0).end()  # type: ignore[union-attr]
+    if prefix[pos:pos + 1] != b"{":
+        return None, False
+    pos += 1
+    while pos < len(prefix):
+        pos = _WS.match(prefix, pos).end()  # type: ignore[union-attr]
+        key_match = _STRING.match(prefix, pos)
+        if key_match is None:
+            break
+        try:
+            key = json.loads(key_match.group())
+        except ValueError:  # invalid UTF-8 or a lone surrogate inside the key
+            break
+        pos = _WS.match(prefix, key_match.end()).end()  # type: ignore[union-attr]
+        if prefix[pos:pos + 1] != b":":
+            break
+        pos = _WS.match(prefix, pos + 1).end()  # type: ignore[union-attr]
+        end = _skip_value(prefix, pos)
+        if end is None:
+            break
+        if key == "id":
+            value = prefix[pos:end]
+            found_id = value if value[:1] == b'"' or _NUMBER.fullmatch(value) else None
+        elif key == "method":
+            has_method = True
+        pos = _WS.match(prefix, end).end()  # type: ignore[union-attr]
+        if prefix[pos:pos + 1] != b",":
+            break
+        pos += 1
+    return found_id, has_method
+
+
+def _skip_value(buf: bytes, pos: int) -> int | None:
+    """End offset of the JSON value starting at ``pos``, or None if it does not end inside ``buf``."""
+    first = buf[pos:pos + 1]
+    if first == b'"':
+        match = _STRING.match(buf, pos)
+        return match.end() if match else None
+    if first in (b"{", b"["):
+        depth = 0
+        i = pos
+        while i < len(buf):
+            ch = buf[i:i + 1]
+            if ch == b'"':
+                match = _STRING.match(buf, i)
+                if match is None:
+                    return None
+                i = match.end()
+                continue
+            if ch in (b"{", b"["):
+                depth += 1
+            elif ch in (b"}", b"]"):
+                depth -= 1
+                if depth == 0:
+                    return i + 1
+            i += 1
+        return None
+    match = _NUMBER.match(buf, pos)
+    if match:
+        return match.end() if match.end() < len(buf) else None
+    for literal in (b"true", b"false", b"null"):
+        if buf.startswith(literal, pos):
+            return pos + len(literal)
+    return None

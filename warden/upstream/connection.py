@@ -1,0 +1,638 @@
+"""One upstream MCP server over stdio: start it, find its era, hand-shake, and carry requests both ways.
+
+:class:`Upstream` is a supervisor. Its :meth:`Upstream.run` task owns the server process (through a
+:class:`~warden.launcher.Launcher`, so the sandbox decides how it is started) and restarts it with backoff when it
+exits. Each live process is a :class:`_Session`: it probes the era (``server/discover`` first, see
+:mod:`warden.protocol.probe`), performs the legacy handshake when needed, correlates responses to requests by
+warden's own ids, answers the server's pings, and hands everything else to an :class:`UpstreamHandler`.
+
+Every request has a deadline; ``notifications/progress`` for its token pushes the deadline out, up to a hard
+maximum. When a request times out or its caller is cancelled, warden sends ``notifications/cancelled`` upstream
+(never for ``initialize``: the process is closed instead) and drops any late response.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, final
+
+import msgspec
+import trio
+
+from warden.errors import (
+    IncompatibleServer,
+    LaunchError,
+    SandboxUnavailable,
+    UpstreamClosed,
+    UpstreamTimeout,
+    WardenError,
+)
+from warden.launcher import Child, Launcher, LaunchSpec
+from warden.protocol.eras import (
+    LATEST_LEGACY,
+    MODERN_VERSIONS,
+    SERVER_REQUESTS,
+    Era,
+    request_meta,
+)
+from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, Oversized
+from warden.protocol.messages import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    METHOD_NOT_FOUND,
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    Response,
+    decode_json,
+    decode_object,
+    encode_error,
+    encode_error_object,
+    encode_json,
+    encode_notification,
+    encode_request,
+    encode_result,
+    error_object,
+    scan_prefix,
+)
+from warden.protocol.probe import (
+    Incompatible,
+    Legacy,
+    Modern,
+    ProbeStep,
+    SendDiscover,
+    StdioProbe,
+    check_initialize_result,
+)
+from warden.transport.channel import MessageChannel
+from warden.upstream.stderr import StderrTail
+
+log = logging.getLogger(__name__)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UpstreamOptions:
+    """Timeouts and limits. Times are seconds; see ``warden run --help`` for what each means to a user."""
+
+    request_timeout: float = 50.0
+    """Per request, reset by progress. Kept below the common 60 s host timeout so warden answers first (PX18)."""
+    max_request_time: float = 600.0
+    """Hard cap on any request, progress or not (MS06)."""
+    probe_timeout: float = 10.0
+    """How long ``server/discover`` may take (including the server's start-up) before warden assumes legacy."""
+    handshake_timeout: float = 30.0
+    stdin_close_grace: float = 2.0
+    terminate_grace: float = 2.0
+    restart_backoff: float = 0.5
+    restart_backoff_max: float = 30.0
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    client_info: Mapping[str, Any] = field(default_factory=lambda: {"name": "warden", "version": "0.1.0"})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """The answer to a request: exactly one of ``result`` (raw object text) or ``error`` (raw error object)."""
+
+    result: bytes | None = None
+    error: bytes | None = None
+    code: int = 0
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+    def result_dict(self) -> dict[str, Any]:
+        return decode_object(self.result)
+
+    def error_data(self) -> object:
+        if self.error is None:
+            return None
+        try:
+            error = decode_json(self.error)
+        except msgspec.DecodeError:
+            return None
+        return error.get("data") if isinstance(error, dict) else None
+
+    @classmethod
+    def failure(cls, code: int, message: str, data: Any = None) -> Reply:
+        return cls(error=error_object(code, message, data), code=code, message=message)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ServerDescription:
+    """What warden learnt about the server when it connected: era, version and what it offers."""
+
+    era: Era
+    version: str
+    capabilities: Mapping[str, Any]
+    server_info: Mapping[str, Any]
+    instructions: str | None
+
+
+class UpstreamHandler(Protocol):
+    """What the gateway does with traffic the server starts."""
+
+    async def on_server_request(self, method: str, params: dict[str, Any]) -> Reply:
+        """Answer a server->client request (sampling, elicitation, roots). Must always return a Reply."""
+        ...
+
+    async def on_notification(self, method: str, params: bytes | None) -> None:
+        """A server notification other than progress for a warden request (which is routed internally)."""
+        ...
+
+
+ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class EraCache:
+    """The era answer per launch configuration (ER01, ER14): a process of a known-legacy configuration skips the
+    probe. Shared by all restarts of a configuration; dropped when a process answers differently (ER17)."""
+
+    def __init__(self) -> None:
+        self._eras: dict[str, Era] = {}
+
+    def get(self, key: str) -> Era | None:
+        return self._eras.get(key)
+
+    def set(self, key: str, era: Era) -> None:
+        self._eras[key] = era
+
+    def drop(self, key: str) -> None:
+        self._eras.pop(key, None)
+
+
+class _Respawn(Exception):
+    """The process must be replaced before the handshake (it hung or died during the probe)."""
+
+
+@final
+class _Pending:
+    __slots__ = ("deadline", "event", "method", "on_progress", "reply")
+
+    def __init__(self, method: str, deadline: float, on_progress: ProgressCallback | None) -> None:
+        self.method = method
+        self.deadline = deadline
+        self.on_progress = on_progress
+        self.event = trio.Event()
+        self.reply: Reply | None = None
+
+
+@final
+class _Session:
+    """One live server process: correlation of requests and responses, and dispatch of what the server sends."""
+
+    def __init__(self, upstream: Upstream, child: Child, channel: MessageChannel) -> None:
+        self._upstream = upstream
+        self.child = child
+        self.channel = channel
+        self.era: Era | None = None
+        self.version: str = LATEST_LEGACY
+        self._pending: dict[bytes, _Pending] = {}
+        self._progress: dict[str, _Pending] = {}
+        self._server_requests: dict[Any, trio.CancelScope] = {}
+        self._next_id = 0
+        self.closed = trio.Event()
+        self.close_reason = "the server exited"
+
+    # -- sending ------------------------------------------------------------------------------------------------
+
+    def _new_id(self) -> bytes:
+        self._next_id += 1
+        return b"%d" % self._next_id
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, *,
+                      capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
+                      timeout: float | None = None, on_progress: ProgressCallback | None = None,
+                      cancel_on_timeout: bool = True, with_progress_token: bool = True) -> Reply:
+        """Send a request and wait for its reply.
+
+        Raises:
+            UpstreamTimeout: no reply before the deadline (after ``notifications/cancelled`` was sent, unless this
+                is ``initialize`` or ``cancel_on_timeout`` is off).
+            UpstreamClosed: the process went away first.
+        """
+        if self.closed.is_set():
+            raise UpstreamClosed(self.close_reason)
+        options = self._upstream.options
+        body = dict(params) if params else {}
+        meta = dict(body.get("_meta") or {})
+        if self.era is Era.MODERN:
+            meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
+        id_raw = self._new_id()
+        token = None
+        if with_progress_token and method != "initialize":
+            token = "warden-" + id_raw.decode()
+            meta["progressToken"] = token
+        if meta:
+            body["_meta"] = meta
+        now = trio.current_time()
+        hard_deadline = now + options.max_request_time
+        pending = _Pending(method, min(now + (timeout or options.request_timeout), hard_deadline), on_progress)
+        self._pending[id_raw] = pending
+        if token is not None:
+            self._progress[token] = pending
+        answered = False
+        try:
+            await self.channel.send(encode_request(id_raw, method, encode_json(body) if body else None))
+            while True:
+                with trio.move_on_at(pending.deadline):
+                    await pending.event.wait()
+                if pending.reply is not None:
+                    answered = True
+                    return pending.reply
+                if trio.current_time() >= min(pending.deadline, hard_deadline):
+                    break
+            raise UpstreamTimeout(f"{method} got no answer from the server within its deadline")
+        except trio.ClosedResourceError as exc:
+            raise UpstreamClosed(self.close_reason) from exc
+        finally:
+            self._pending.pop(id_raw, None)
+            if token is not None:
+                self._progress.pop(token, None)
+            if not answered and not self.closed.is_set() and method != "initialize" and cancel_on_timeout:
+                # MS04/MS09: tell the server to stop; any late response finds no pending entry and is dropped.
+                await self._send_shielded(encode_notification(
+                    "notifications/cancelled",
+                    encode_json({"requestId": int(id_raw), "reason": "cancelled by warden (timeout or caller)"})))
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        try:
+            await self.channel.send(encode_notification(method, encode_json(params) if params else None))
+        except trio.ClosedResourceError as exc:
+            raise UpstreamClosed(self.close_reason) from exc
+
+    async def _send_shielded(self, message: bytes) -> None:
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0), contextlib.suppress(trio.ClosedResourceError):
+            await self.channel.send(message)
+
+    # -- receiving ----------------------------------------------------------------------------------------------
+
+    async def read_loop(self, nursery: trio.Nursery) -> None:
+        """Dispatch everything the server sends until its stdout closes."""
+        try:
+            while True:
+                batch = await self.channel.receive_batch()
+                if not batch:
+                    return
+                for message in batch:
+                    if isinstance(message, Response):
+                        self._resolve(message.id, Reply(result=message.result))
+                    elif isinstance(message, ErrorResponse):
+                        if message.id is None:
+                            log.warning("%s: error without id: %s", self._upstream.name, message.message)
+                        else:
+                            self._resolve(message.id, Reply(error=message.error, code=message.code,
+                                                            message=message.message))
+                    elif isinstance(message, Notification):
+                        await self._on_notification(message)
+                    elif isinstance(message, Request):
+                        self._on_request(message, nursery)
+                    else:
+                        await self._on_invalid(message)
+        finally:
+            self.mark_closed(self.close_reason)
+
+    def _resolve(self, id_raw: bytes, reply: Reply) -> None:
+        pending = self._pending.pop(id_raw, None)
+        if pending is None or pending.reply is not None:
+            # Invariant 9: a response to an id warden did not send (or already settled) is dropped, never routed.
+            log.warning("%s: dropped a response to unknown or settled id %s", self._upstream.name,
+                        id_raw[:64].decode("utf-8", "replace"))
+            return
+        pending.reply = reply
+        pending.event.set()
+
+    async def _on_notification(self, note: Notification) -> None:
+        if note.method == "notifications/progress":
+            params = self._params(note.params)
+            pending = self._progress.get(str(params.get("progressToken")))
+            if pending is None:
+                return
+            options = self._upstream.options
+            pending.deadline = max(pending.deadline, trio.current_time() + options.request_timeout)
+            if pending.on_progress is not None:
+                await pending.on_progress(params)
+            return
+        if note.method == "notifications/cancelled":
+            params = self._params(note.params)
+            scope = self._server_requests.get(_id_key(params.get("requestId")))
+            if scope is not None:
+                scope.cancel()
+                return
+        await self._upstream.handler.on_notification(note.method, note.params)
+
+    def _on_request(self, request: Request, nursery: trio.Nursery) -> None:
+        era = self.era or Era.LEGACY
+        if request.method == "ping" and era is Era.LEGACY:
+            nursery.start_soon(self._reply, request.id, Reply(result=b"{}"))  # MS16
+            return
+        if request.method not in SERVER_REQUESTS[era]:
+            nursery.start_soon(self._reply, request.id, Reply.failure(
+                METHOD_NOT_FOUND, f"warden does not accept {request.method!r} from a {era.value} server"))
+            return
+        nursery.start_soon(self._serve_server_request, request)
+
+    async def _serve_server_request(self, request: Request) -> None:
+        key = _id_key(decode_json(request.id))
+        reply = Reply.failure(INTERNAL_ERROR, "warden could not answer this request")
+        with trio.CancelScope() as scope:
+            self._server_requests[key] = scope
+            try:
+                reply = await self._upstream.handler.on_server_request(request.method, self._params(request.params))
+            except WardenError as exc:
+                reply = Reply.failure(INTERNAL_ERROR, exc.message)
+            finally:
+                self._server_requests.pop(key, None)
+                if not scope.cancel_called:
+                    await self._reply(request.id, reply)
+        # A request the server cancelled gets no response.
+
+    async def _reply(self, id_raw: bytes, reply: Reply) -> None:
+        message = (encode_result(id_raw, reply.result) if reply.result is not None
+                   else encode_error_object(reply.error or error_object(INTERNAL_ERROR, "error"), id_raw))
+        await self._send_shielded(message)
+
+    async def _on_invalid(self, message: Invalid | Oversized) -> None:
+        if isinstance(message, Oversized):
+            id_raw, is_request = scan_prefix(message.prefix)
+            limit = self.channel.max_message_size
+            code, reason = -32600, f"message of {message.size}+ bytes exceeds the {limit}-byte limit"
+        else:
+            id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
+        log.warning("%s: invalid message from the server: %s", self._upstream.name, reason)
+        if id_raw is None:
+            return
+        if is_request:
+            await self._send_shielded(encode_error(id_raw, code, reason))
+        else:
+            self._resolve(id_raw, Reply.failure(INTERNAL_ERROR, f"the server sent an invalid response: {reason}"))
+
+    def _params(self, raw: bytes | None) -> dict[str, Any]:
+        try:
+            return decode_object(raw)
+        except (msgspec.DecodeError, TypeError):
+            return {}
+
+    def mark_closed(self, reason: str) -> None:
+        if self.closed.is_set():
+            return
+        self.close_reason = reason
+        self.closed.set()
+        for pending in list(self._pending.values()):
+            if pending.reply is None:
+                pending.reply = Reply.failure(CONNECTION_CLOSED, reason)
+                pending.event.set()
+        self._pending.clear()
+        self._progress.clear()
+        for scope in self._server_requests.values():
+            scope.cancel()
+
+
+def _id_key(value: object) -> tuple[str, object]:
+    """A hashable key for a JSON-RPC id decoded to Python (so 1 and "1" stay apart)."""
+    return (type(value).__name__, value if isinstance(value, str | int | float) else repr(value))
+
+
+@final
+class Upstream:
+    """A supervised connection to one server. Start :meth:`run` in a nursery, then use :meth:`request`.
+
+    Args:
+        name: the server's name in logs, pins and audit records.
+        config_key: identifies the launch configuration for the era cache.
+        legacy_capabilities: what warden declares to a legacy server in ``initialize`` (what its host may be
+            asked through warden). ``None`` until known: a legacy handshake waits for :meth:`set_legacy_capabilities`.
+    """
+
+    def __init__(self, *, name: str, spec: LaunchSpec, launcher: Launcher, handler: UpstreamHandler,
+                 options: UpstreamOptions | None = None, era_cache: EraCache | None = None,
+                 config_key: str | None = None) -> None:
+        self.name = name
+        self.spec = spec
+        self.launcher = launcher
+        self.handler = handler
+        self.options = options or UpstreamOptions()
+        self.era_cache = era_cache or EraCache()
+        self.config_key = config_key or "\0".join(spec.argv)
+        self.stderr = StderrTail(name)
+        self._session: _Session | None = None
+        self._ready = trio.Event()
+        self._fatal: WardenError | None = None
+        self._description: ServerDescription | None = None
+        self._legacy_capabilities: dict[str, Any] | None = None
+        self._capabilities_known = trio.Event()
+        self.restarts = 0
+        self.pids: list[int] = []
+
+    # -- public -------------------------------------------------------------------------------------------------
+
+    def set_legacy_capabilities(self, capabilities: Mapping[str, Any]) -> None:
+        """Declare what a legacy server may ask (once; later calls are ignored, a session cannot change them)."""
+        if self._legacy_capabilities is None:
+            self._legacy_capabilities = dict(capabilities)
+            self._capabilities_known.set()
+
+    async def wait_connected(self) -> ServerDescription:
+        """Wait until a process has finished its handshake; return what the server offers.
+
+        Raises:
+            LaunchError, SandboxUnavailable, IncompatibleServer: the server cannot be run; warden will not retry.
+        """
+        while True:
+            if self._fatal is not None:
+                raise self._fatal
+            if self._ready.is_set() and self._description is not None:
+                return self._description
+            await self._wait_change()
+
+    async def request(self, method: str, params: Mapping[str, Any] | None, **kwargs: Any) -> Reply:
+        """Send ``method`` to the live process (waiting for one, within the request's timeout).
+
+        Keyword arguments go to the session's request: ``capabilities``, ``log_level``, ``timeout``,
+        ``on_progress``. Raises ``UpstreamTimeout`` / ``UpstreamClosed`` and the fatal errors of
+        :meth:`wait_connected`.
+        """
+        timeout = kwargs.get("timeout") or self.options.request_timeout
+        with trio.move_on_after(timeout) as scope:
+            await self.wait_connected()
+        if scope.cancelled_caught:
+            raise UpstreamTimeout(f"the server {self.name!r} did not become ready within {timeout:g} s")
+        assert self._session is not None
+        return await self._session.request(method, params, **kwargs)
+
+    async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
+        await self.wait_connected()
+        assert self._session is not None
+        await self._session.notify(method, params)
+
+    @property
+    def description(self) -> ServerDescription | None:
+        return self._description
+
+    # -- supervision --------------------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the server process until cancelled: start, hand-shake, restart with backoff on exit."""
+        task_status.started()
+        backoff = self.options.restart_backoff
+        respawn_now = False
+        while True:
+            if not respawn_now:
+                pass
+            started = trio.current_time()
+            try:
+                respawn_now = await self._run_process()
+            except (LaunchError, SandboxUnavailable, IncompatibleServer) as exc:
+                log.error("%s: %s", self.name, exc.message)
+                self._fatal = exc
+                self._notify_change()
+                await trio.sleep_forever()
+            if respawn_now:
+                continue
+            self.restarts += 1
+            if trio.current_time() - started > 60:
+                backoff = self.options.restart_backoff
+            log.warning("%s: server exited; restarting in %.1f s", self.name, backoff)
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, self.options.restart_backoff_max)
+
+    async def _run_process(self) -> bool:
+        """Run one process to its end. Returns True when the next process must start at once (probe fallback)."""
+        child = await self.launcher.launch(self.spec)
+        self.pids.append(child.pid)
+        channel = MessageChannel(child.stdout, child.stdin, name=f"upstream {self.name}",
+                                 max_message_size=self.options.max_message_size)
+        session = _Session(self, child, channel)
+        respawn = False
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(channel.serve_writer)
+                nursery.start_soon(self.stderr.drain, child.stderr)
+                nursery.start_soon(self._watch_exit, session, nursery)
+                nursery.start_soon(session.read_loop, nursery)
+                try:
+                    self._description = await self._establish(session)
+                except _Respawn:
+                    respawn = True
+                    nursery.cancel_scope.cancel()
+                    return True
+                self._session = session
+                self._ready.set()
+                self._notify_change()
+                await session.closed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            session.mark_closed(session.close_reason)
+            self._ready = trio.Event()
+            self._session = None
+            await self._stop(child, channel, graceful=not respawn)
+        return respawn
+
+    async def _watch_exit(self, session: _Session, nursery: trio.Nursery) -> None:
+        status = await session.child.wait()
+        tail = self.stderr.tail(5)
+        reason = f"the server exited with status {status}" + (f"; last stderr: {' | '.join(tail)}" if tail else "")
+        session.mark_closed(reason)
+
+    async def _establish(self, session: _Session) -> ServerDescription:
+        cached = self.era_cache.get(self.config_key)
+        if cached is not Era.LEGACY:
+            session.era = Era.MODERN
+            probe = StdioProbe(MODERN_VERSIONS)
+            step: ProbeStep = probe.start()
+            while isinstance(step, SendDiscover):
+                session.version = step.version
+                try:
+                    reply = await session.request("server/discover", None, capabilities=step.capabilities,
+                                                  timeout=self.options.probe_timeout, cancel_on_timeout=False,
+                                                  with_progress_token=False)
+                except UpstreamTimeout:
+                    step = probe.on_timeout()
+                except UpstreamClosed:
+                    step = probe.on_closed()
+                else:
+                    if reply.ok:
+                        step = probe.on_result(reply.result_dict())
+                    elif reply.code == CONNECTION_CLOSED and session.closed.is_set():
+                        step = probe.on_closed()
+                    else:
+                        step = probe.on_error(reply.code, reply.error_data())
+            if isinstance(step, Incompatible):
+                raise IncompatibleServer(f"{self.name}: {step.reason}")
+            if isinstance(step, Modern):
+                self.era_cache.set(self.config_key, Era.MODERN)
+                discover = step.discover
+                info = discover.server_info() or {"name": self.name, "version": "unknown"}
+                log.info("%s: modern server (%s)", self.name, step.version)
+                return ServerDescription(Era.MODERN, step.version, discover.capabilities, info,
+                                         discover.instructions)
+            assert isinstance(step, Legacy)
+            log.info("%s: legacy server (%s)", self.name, step.reason)
+            self.era_cache.set(self.config_key, Era.LEGACY)
+            if step.fresh_process:
+                raise _Respawn
+        session.era = Era.LEGACY
+        await self._capabilities_known.wait()
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": self._legacy_capabilities or {},
+                  "clientInfo": dict(self.options.client_info)}
+        try:
+            reply = await session.request("initialize", params, timeout=self.options.handshake_timeout)
+        except UpstreamTimeout as exc:
+            # LC09: never cancel initialize; close the connection instead (the caller stops the process).
+            raise UpstreamClosed(f"{self.name}: no answer to initialize; closing the server") from exc
+        if not reply.ok:
+            data = reply.error_data()
+            supported = data.get("supported") if isinstance(data, dict) else None
+            if cached is Era.LEGACY and isinstance(supported, list) and any(v in MODERN_VERSIONS for v in supported):
+                self.era_cache.drop(self.config_key)  # ER17: this build answers differently now; probe again
+                raise _Respawn
+            raise IncompatibleServer(f"{self.name}: initialize failed: {reply.message} (code {reply.code})")
+        init = check_initialize_result(reply.result_dict())
+        session.version = init.protocol_version
+        await session.notify("notifications/initialized")
+        log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
+        return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
+                                 init.server_info.model_dump(by_alias=True), init.instructions)
+
+    async def _stop(self, child: Child, channel: MessageChannel, *, graceful: bool) -> None:
+        """LC10/LC11: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps the process."""
+        options = self.options
+        with trio.CancelScope(shield=True):
+            if graceful and child.returncode is None:
+                await channel.aclose_send()
+                with trio.move_on_after(options.stdin_close_grace):
+                    await child.wait()
+                if child.returncode is None:
+                    child.terminate()
+                    with trio.move_on_after(options.terminate_grace):
+                        await child.wait()
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+
+    # -- readiness notifications --------------------------------------------------------------------------------
+
+    _change: trio.Event | None = None
+
+    async def _wait_change(self) -> None:
+        if self._change is None:
+            self._change = trio.Event()
+        await self._change.wait()
+
+    def _notify_change(self) -> None:
+        if self._change is not None:
+            self._change.set()
+            self._change = None
+
+
+def infinite_deadline() -> float:
+    return math.inf

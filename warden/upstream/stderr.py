@@ -1,0 +1,71 @@
+"""Draining a server's stderr: never an error (ST03), never allowed to fill the pipe, never unbounded."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import Final, final
+
+import trio
+
+from warden.logs import sanitize
+
+log = logging.getLogger("warden.server")
+
+TAIL_BYTES: Final = 64 * 1024
+LINES_PER_SECOND: Final = 50.0
+BURST: Final = 200.0
+
+
+@final
+class StderrTail:
+    """Keeps the last ``TAIL_BYTES`` of a server's stderr (for error messages) and logs lines, rate-limited."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._lines: deque[str] = deque()
+        self._bytes = 0
+        self._partial = b""
+        self._tokens = BURST
+        self._last = 0.0
+        self.suppressed = 0
+
+    def tail(self, max_lines: int = 20) -> list[str]:
+        return list(self._lines)[-max_lines:]
+
+    async def drain(self, stream: trio.abc.ReceiveStream) -> None:
+        """Read until EOF. Cancelling it is fine; the process is being stopped anyway."""
+        while True:
+            try:
+                data = await stream.receive_some(65536)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
+                if self._partial:
+                    self._line(self._partial)
+                return
+            parts = (self._partial + data).split(b"\n")
+            self._partial = parts.pop()
+            if len(self._partial) > TAIL_BYTES:
+                self._line(self._partial)
+                self._partial = b""
+            for part in parts:
+                self._line(part)
+
+    def _line(self, raw: bytes) -> None:
+        text = sanitize(raw.decode("utf-8", "replace").rstrip("\r"))
+        self._lines.append(text)
+        self._bytes += len(text)
+        while self._bytes > TAIL_BYTES and self._lines:
+            self._bytes -= len(self._lines.popleft())
+        now = trio.current_time()
+        self._tokens = min(BURST, self._tokens + (now - self._last) * LINES_PER_SECOND)
+        self._last = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            if self.suppressed:
+                log.info("[%s] (%d stderr lines not shown)", self._name, self.suppressed)
+                self.suppressed = 0
+            log.info("[%s] %s", self._name, text)
+        else:
+            self.suppressed += 1
