@@ -3,18 +3,9 @@ does can touch a real user's warden state."""
 
 from __future__ import annotations
 
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-PEERS = ROOT / "tests" / "peers" / "node_modules"
-FIXTURES = ROOT / "tests" / "fixtures"
-NODE = shutil.which("node") or "node"
-WARDEN = str(VENV_BIN / "warden")
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,15 @@
+"""Paths and small helpers shared by the test suites (import as ``from tests.support import ...``)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+PYTHON = str(VENV_BIN / "python")
+PEERS = ROOT / "tests" / "peers" / "node_modules"
+FIXTURES = ROOT / "tests" / "fixtures"
+NODE = shutil.which("node") or "node"
+WARDEN = str(VENV_BIN / "warden")
