@@ -10,7 +10,7 @@ discards bytes until the next newline. Memory stays bounded whatever the peer se
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, final
 
 DEFAULT_MAX_MESSAGE_SIZE: Final = 16 * 1024 * 1024
@@ -23,10 +23,11 @@ OVERSIZED_PREFIX_BYTES: Final = 4096
 @final
 @dataclass(frozen=True, slots=True)
 class Oversized:
-    """A line longer than the cap. ``prefix`` is its beginning; ``size`` how much was seen before giving up."""
+    """A line longer than the cap. ``prefix`` is its beginning (the same however the bytes were chunked);
+    ``size`` is how much had been seen when the framer gave up, at least cap + 1."""
 
     prefix: bytes
-    size: int
+    size: int = field(compare=False)
 
 
 Frame = bytes | Oversized
@@ -44,6 +45,7 @@ class LineFramer:
         if max_message_size < 2:
             raise ValueError("max_message_size must be at least 2 bytes")
         self._max = max_message_size
+        self._prefix_len = min(OVERSIZED_PREFIX_BYTES, max_message_size + 1)
         self._partial = bytearray()
         self._discarding = False
 
@@ -90,7 +92,7 @@ class LineFramer:
         else:
             line = bytes(tail)
         if len(line) > self._max:
-            frames.append(Oversized(line[:OVERSIZED_PREFIX_BYTES], len(line)))
+            frames.append(Oversized(line[:self._prefix_len], len(line)))
         elif line.strip():
             frames.append(line)
 
@@ -99,6 +101,6 @@ class LineFramer:
             return
         self._partial += data
         if len(self._partial) > self._max:
-            frames.append(Oversized(bytes(self._partial[:OVERSIZED_PREFIX_BYTES]), len(self._partial)))
+            frames.append(Oversized(bytes(self._partial[:self._prefix_len]), len(self._partial)))
             self._partial.clear()
             self._discarding = True

@@ -279,14 +279,13 @@ def scan_prefix(prefix: bytes) -> tuple[bytes | None, bool]:
         if prefix[pos:pos + 1] != b":":
             break
         pos = _WS.match(prefix, pos + 1).end()  # type: ignore[union-attr]
+        has_method = has_method or key == "method"
         end = _skip_value(prefix, pos)
         if end is None:
             break
         if key == "id":
             value = prefix[pos:end]
             found_id = value if value[:1] == b'"' or _NUMBER.fullmatch(value) else None
-        elif key == "method":
-            has_method = True
         pos = _WS.match(prefix, end).end()  # type: ignore[union-attr]
         if prefix[pos:pos + 1] != b",":
             break

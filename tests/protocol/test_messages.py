@@ -1,0 +1,137 @@
+"""Message classification never raises, keeps wire bytes, and answers what it must."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from warden.protocol.messages import (
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    ErrorResponse,
+    Invalid,
+    Notification,
+    Request,
+    Response,
+    encode_error,
+    encode_notification,
+    encode_request,
+    encode_result,
+    parse_message,
+    scan_prefix,
+)
+
+
+def test_request_keeps_raw_id_and_params() -> None:
+    raw = b'{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tools/call","params":{"b":1.50,"a":[1]}}'
+    msg = parse_message(raw)
+    assert msg == Request(b"12345678901234567890123", "tools/call", b'{"b":1.50,"a":[1]}', raw)
+
+
+@pytest.mark.parametrize(("raw", "kind"), [
+    (b'{"jsonrpc":"2.0","method":"notifications/initialized"}', Notification),
+    (b'{"jsonrpc":"2.0","id":"a","result":{}}', Response),
+    (b'{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"nope"}}', ErrorResponse),
+    (b'{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}}', ErrorResponse),
+])
+def test_kinds(raw: bytes, kind: type) -> None:
+    assert isinstance(parse_message(raw), kind)
+
+
+@pytest.mark.parametrize(("raw", "code", "id_raw", "is_request"), [
+    (b"not json", PARSE_ERROR, None, False),
+    (b'{"jsonrpc":"2.0","id":4,"method":"x","params":{"a":"\xff"}}', PARSE_ERROR, b"4", True),
+    (b'{"jsonrpc":"2.0","id":5,"method":"x","params":{"a":"\\ud800"}}', PARSE_ERROR, b"5", True),
+    (b'{"jsonrpc":"2.0","id":6,"method":"x","params":{', PARSE_ERROR, b"6", True),
+    (b"[1,2]", INVALID_REQUEST, None, False),
+    (b'"x"', INVALID_REQUEST, None, False),
+    (b'{"id":1,"method":"x"}', INVALID_REQUEST, b"1", True),
+    (b'{"jsonrpc":"1.0","id":1,"method":"x"}', INVALID_REQUEST, b"1", True),
+    (b'{"jsonrpc":"2.0","id":null,"method":"x"}', INVALID_REQUEST, None, True),
+    (b'{"jsonrpc":"2.0","id":true,"method":"x"}', INVALID_REQUEST, None, True),
+    (b'{"jsonrpc":"2.0","id":{"a":1},"method":"x"}', INVALID_REQUEST, None, True),
+    (b'{"jsonrpc":"2.0","id":1,"method":5}', INVALID_REQUEST, b"1", True),
+    (b'{"jsonrpc":"2.0","id":1,"method":""}', INVALID_REQUEST, b"1", True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"x","params":[1]}', INVALID_PARAMS, b"1", True),
+    (b'{"jsonrpc":"2.0","id":1,"method":"x","result":{}}', INVALID_REQUEST, b"1", True),
+    (b'{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"m"}}', INVALID_REQUEST, b"1", False),
+    (b'{"jsonrpc":"2.0","result":{}}', INVALID_REQUEST, None, False),
+    (b'{"jsonrpc":"2.0","id":1,"result":5}', INVALID_REQUEST, b"1", False),
+    (b'{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}', INVALID_REQUEST, b"1", False),
+    (b'{"jsonrpc":"2.0","id":1}', INVALID_REQUEST, b"1", False),
+])
+def test_invalid_messages(raw: bytes, code: int, id_raw: bytes | None, is_request: bool) -> None:
+    msg = parse_message(raw)
+    assert isinstance(msg, Invalid)
+    assert (msg.code, msg.id, msg.is_request) == (code, id_raw, is_request)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=300))
+def test_arbitrary_bytes_never_raise(data: bytes) -> None:
+    msg = parse_message(data)
+    assert msg.raw == data
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    max_leaves=20)
+
+
+@settings(max_examples=300)
+@given(st.one_of(st.integers(), st.text()), st.text(min_size=1), st.dictionaries(st.text(max_size=8), json_values))
+def test_encoded_request_round_trips(id_value: object, method: str, params: dict[str, object]) -> None:
+    id_raw = msgspec.json.encode(id_value)
+    params_raw = msgspec.json.encode(params)
+    raw = encode_request(id_raw, method, params_raw)
+    msg = parse_message(raw)
+    assert msg == Request(id_raw, method, params_raw, raw)
+    assert json.loads(raw) == {"jsonrpc": "2.0", "id": id_value, "method": method, "params": params}
+
+
+@settings(max_examples=200)
+@given(st.integers(), st.dictionaries(st.text(max_size=8), json_values))
+def test_encoded_results_errors_and_notifications_round_trip(id_value: int, body: dict[str, object]) -> None:
+    id_raw = str(id_value).encode()
+    body_raw = msgspec.json.encode(body)
+    assert parse_message(encode_result(id_raw, body_raw)) == Response(id_raw, body_raw, encode_result(id_raw, body_raw))
+    err = parse_message(encode_error(id_raw, -32000, "boom", body))
+    assert isinstance(err, ErrorResponse)
+    assert (err.id, err.code, err.message) == (id_raw, -32000, "boom")
+    note = parse_message(encode_notification("notifications/x", body_raw))
+    assert note == Notification("notifications/x", body_raw, encode_notification("notifications/x", body_raw))
+
+
+def test_scan_prefix_finds_top_level_id_only() -> None:
+    assert scan_prefix(b'{"jsonrpc":"2.0","params":{"id":99,"s":"}\\""},"id":"abc","method":"x') == (b'"abc"', True)
+    assert scan_prefix(b'{"method":"m","id":1') == (None, True)  # number may continue past the prefix
+    assert scan_prefix(b'{"method":"m","id":12,') == (b"12", True)
+    assert scan_prefix(b'{"id":null,"method":"m"}') == (None, True)
+    assert scan_prefix(b'{"\\u0069d":3,') == (b"3", False)
+    assert scan_prefix(b"[1]") == (None, False)
+
+
+@settings(max_examples=500)
+@given(st.binary(max_size=200))
+def test_scan_prefix_never_raises(data: bytes) -> None:
+    id_raw, _ = scan_prefix(data)
+    assert id_raw is None or id_raw[:1] == b'"' or id_raw[:1] in b"-0123456789"
+
+
+@settings(max_examples=300)
+@given(st.one_of(st.integers(), st.text(max_size=20)), st.dictionaries(st.text(max_size=5), json_values, max_size=3),
+       st.integers(min_value=1, max_value=400))
+def test_scan_prefix_agrees_with_a_full_parse(id_value: object, params: dict[str, object], cut: int) -> None:
+    raw = encode_request(msgspec.json.encode(id_value), "m", msgspec.json.encode(params))
+    id_raw, has_method = scan_prefix(raw[:cut])
+    if id_raw is not None:
+        assert json.loads(id_raw) == id_value
+    if cut >= len(raw):
+        assert id_raw == msgspec.json.encode(id_value)
+        assert has_method
