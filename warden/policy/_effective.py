@@ -1,0 +1,405 @@
+"""Layering: the org policy bounds, the user config narrows, and the result is one :class:`ServerPolicy`.
+
+Rules of combination (each is what makes "a user config can only narrow" true by construction):
+
+* tools / prompts / resources: every layer keeps its own rules and :func:`warden.policy.decide` requires *each*
+  layer to allow a name; ``deny`` and ``confirm`` from any layer apply. Within one file a ``[servers.NAME]``
+  ``allow`` replaces the file's ``[defaults]`` ``allow``; ``deny``, ``confirm`` and ``arguments`` add up.
+* ordered settings take the least permissive value: ``on_new`` (deny < ask < tofu), ``on_changed``
+  (deny < ask), ``sampling`` (off < on < with-tools), ``elicitation`` (off < form < url),
+  ``sampling_context``; ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being
+  a floor.
+* roots: a user root survives only inside an org root (when the org lists any); sandbox limits are clamped to the
+  org's ``[org.limits]``.
+* launch (command line, env names, sandbox kind, read/write dirs) is checked against ``[org]`` by
+  :func:`warden.policy.decide` on a :class:`LaunchFacts`, so a violation refuses that one server with the line
+  of the org rule, instead of breaking every other server in the config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar, final
+
+from pydantic import BaseModel
+
+from warden.errors import ConfigError
+from warden.policy._load import LoadedFile, load_policy_file, org_policy_path
+from warden.policy._model import (
+    AUDIT_ORDER,
+    ELICITATION_ORDER,
+    ON_CHANGED_ORDER,
+    ON_NEW_ORDER,
+    SAMPLING_ORDER,
+    ArgumentRule,
+    ServerEntry,
+    _server_name,
+)
+from warden.policy.pins._canonical import digest
+from warden.sandbox.settings import SandboxSettings
+
+T = TypeVar("T")
+Layer = Literal["org", "user", "default", "builtin"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a setting or rule comes from: layer, file and line, and its key in that file."""
+
+    layer: Layer
+    file: str | None
+    line: int | None
+    key: str
+
+    def __str__(self) -> str:
+        if self.file is None:
+            return f"{'built-in rule' if self.layer == 'builtin' else 'built-in default'} ({self.key})"
+        return f"{self.layer} {self.file}:{self.line} ({self.key})"
+
+
+@final
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """An effective value and the source that decided it."""
+
+    value: T
+    source: Source
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class GlobRule:
+    pattern: str
+    source: Source
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LayerRules:
+    """One layer's rules for one kind of name. ``allow is None``: this layer sets no ceiling."""
+
+    layer: Layer
+    allow: tuple[GlobRule, ...] | None
+    allow_source: Source | None
+    deny: tuple[GlobRule, ...]
+    confirm: tuple[GlobRule, ...]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ArgRule:
+    rule: ArgumentRule
+    source: Source
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class LaunchCeilings:
+    """The org's ``[org]`` table as it applies to one launch (``None``: no ceiling)."""
+
+    commands: tuple[GlobRule, ...] | None = None
+    env: tuple[GlobRule, ...] | None = None
+    sandbox_kinds: Setting[tuple[str, ...]] | None = None
+    read_dirs: Setting[tuple[str, ...]] | None = None
+    write_dirs: Setting[tuple[str, ...]] | None = None
+
+
+@final
+@dataclass(frozen=True)
+class ServerPolicy:
+    """Everything warden enforces for one server; built by :meth:`EffectivePolicy.server`, consumed by
+    :func:`warden.policy.decide` and by the gateway (sandbox settings, env names, audit detail)."""
+
+    name: str
+    argv: tuple[str, ...]
+    declared_argv: Setting[tuple[str, ...]] | None
+    env_names: Setting[tuple[str, ...]]
+    sandbox: Setting[SandboxSettings]
+    network: Setting[str]
+    tools: tuple[LayerRules, ...]
+    prompts: tuple[LayerRules, ...]
+    resources: tuple[LayerRules, ...]
+    arguments: tuple[ArgRule, ...]
+    sampling: Setting[str]
+    sampling_context: Setting[bool]
+    elicitation: Setting[str]
+    roots: Setting[tuple[str, ...]]
+    audit_arguments: Setting[str]
+    on_new: Setting[str]
+    on_changed: Setting[str]
+    ceilings: LaunchCeilings
+    notes: tuple[str, ...] = ()
+    policy_files: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The effective values (no sources), for audit records and the digest."""
+        def rules(layers: tuple[LayerRules, ...]) -> list[dict[str, Any]]:
+            return [{"layer": lr.layer,
+                     "allow": None if lr.allow is None else [g.pattern for g in lr.allow],
+                     "deny": [g.pattern for g in lr.deny], "confirm": [g.pattern for g in lr.confirm]}
+                    for lr in layers]
+        c = self.ceilings
+        return {
+            "name": self.name, "argv": list(self.argv),
+            "env": list(self.env_names.value), "sandbox": self.sandbox.value.model_dump(mode="json"),
+            "network": self.network.value,
+            "tools": rules(self.tools), "prompts": rules(self.prompts), "resources": rules(self.resources),
+            "arguments": [a.rule.model_dump(mode="json") for a in self.arguments],
+            "capabilities": {"sampling": self.sampling.value, "sampling_context": self.sampling_context.value,
+                             "elicitation": self.elicitation.value, "roots": list(self.roots.value)},
+            "audit_arguments": self.audit_arguments.value, "on_new": self.on_new.value,
+            "on_changed": self.on_changed.value,
+            "org": {"commands": None if c.commands is None else [g.pattern for g in c.commands],
+                    "env": None if c.env is None else [g.pattern for g in c.env],
+                    "sandbox_kinds": None if c.sandbox_kinds is None else list(c.sandbox_kinds.value),
+                    "read_dirs": None if c.read_dirs is None else list(c.read_dirs.value),
+                    "write_dirs": None if c.write_dirs is None else list(c.write_dirs.value)},
+            "files": dict(self.policy_files),
+        }
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 of the canonical effective policy: what an audit record names as "the policy in force"."""
+        return digest(self.to_json())
+
+
+def _set_along(model: BaseModel, attrs: Sequence[str]) -> tuple[bool, Any]:
+    cur: Any = model
+    for a in attrs:
+        if not isinstance(cur, BaseModel) or a not in cur.model_fields_set:
+            return False, None
+        cur = getattr(cur, a)
+    return True, cur
+
+
+def _dotted(path: Sequence[str | int]) -> str:
+    out = ""
+    for p in path:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
+    return out
+
+
+class _FileView:
+    """One file's answers for one server: the server table first, then ``[defaults]``."""
+
+    def __init__(self, f: LoadedFile | None, server: str, layer: Layer) -> None:
+        self.f = f
+        self.server = server
+        self.layer = layer
+        self.entry: ServerEntry | None = f.model.servers.get(server) if f else None
+
+    def source(self, path: Sequence[str | int]) -> Source:
+        if self.f is None:
+            return Source(self.layer, None, None, _dotted(path))
+        return Source(self.layer, str(self.f.path), self.f.line(tuple(path)), _dotted(path))
+
+    def tables(self) -> list[tuple[tuple[str, ...], ServerEntry]]:
+        if self.f is None:
+            return []
+        out: list[tuple[tuple[str, ...], ServerEntry]] = []
+        if self.entry is not None:
+            out.append((("servers", self.server), self.entry))
+        out.append((("defaults",), self.f.model.defaults))
+        return out
+
+    def pick(self, attrs: Sequence[str]) -> Setting[Any] | None:
+        for prefix, table in self.tables():
+            found, value = _set_along(table, attrs)
+            if found and value is not None:
+                return Setting(value, self.source((*prefix, *attrs)))
+        return None
+
+    def globs(self, attrs: Sequence[str]) -> tuple[GlobRule, ...]:
+        out: list[GlobRule] = []
+        for prefix, table in self.tables():
+            found, value = _set_along(table, attrs)
+            if found and value:
+                out.extend(GlobRule(p, self.source((*prefix, *attrs, i))) for i, p in enumerate(value))
+        return tuple(out)
+
+
+def _least(order: Sequence[str], *settings: Setting[Any] | None) -> Setting[Any]:
+    present = [s for s in settings if s is not None]
+    return min(present, key=lambda s: order.index(s.value))
+
+
+def _within(path: str, base: str) -> bool:
+    return base == "/" or path == base or path.startswith(base.rstrip("/") + "/")
+
+
+def _rules(view: _FileView, kind: str, *, default_allow: bool) -> LayerRules:
+    allow: tuple[GlobRule, ...] | None = None
+    allow_source: Source | None = None
+    for prefix, table in view.tables():
+        found, value = _set_along(table, (kind, "allow"))
+        if found and value is not None:
+            allow = tuple(GlobRule(p, view.source((*prefix, kind, "allow", i))) for i, p in enumerate(value))
+            allow_source = view.source((*prefix, kind, "allow"))
+            break
+    if allow is None and default_allow:
+        allow_source = Source("default", None, None, f"{kind}.allow")
+        allow = (GlobRule("*", allow_source),)
+    return LayerRules(view.layer, allow, allow_source, view.globs((kind, "deny")), view.globs((kind, "confirm")))
+
+
+@final
+class EffectivePolicy:
+    """The org policy and the user config, loaded and validated; :meth:`server` gives one server's policy."""
+
+    def __init__(self, org: LoadedFile | None, user: LoadedFile | None) -> None:
+        if org is not None and org.role != "org":
+            raise ConfigError(f"{org.path} is not an org policy")
+        if user is not None and user.role != "user":
+            raise ConfigError(f"{user.path} is an org policy, not a user config",
+                              hint="the [org] table belongs only in /etc/warden/policy.toml or $WARDEN_ORG_POLICY")
+        self.org = org
+        self.user = user
+
+    def server_names(self) -> list[str]:
+        """Servers configured in the user config, sorted."""
+        return sorted(self.user.model.servers) if self.user else []
+
+    def server(self, name: str, argv: Sequence[str] | None = None) -> ServerPolicy:
+        """The effective policy of server ``name``. ``argv`` is what will be launched: ``None`` takes the command of
+        the config entry; an ad-hoc ``warden run -- CMD ARGS`` server with no entry gets the defaults (and the org
+        ceilings still bind). A config entry whose command differs from ``argv`` is refused at launch.
+
+        Raises:
+            ConfigError: ``name`` is not a valid server name.
+        """
+        try:
+            _server_name(name)
+        except ValueError as exc:
+            raise ConfigError(str(exc), hint="pick a name of letters, digits, '_', '.', '-'") from exc
+        org = _FileView(self.org, name, "org")
+        user = _FileView(self.user, name, "user" if self.user else "default")
+        notes: list[str] = []
+
+        declared: Setting[tuple[str, ...]] | None = None
+        entry = user.entry
+        if entry is not None and entry.command is not None:
+            declared = Setting((entry.command, *(entry.args or ())),
+                               user.source(("servers", name, "command")))
+        use_argv = tuple(argv) if argv is not None else (declared.value if declared else ())
+
+        env = user.pick(("env",)) or Setting((), Source("default", None, None, "env"))
+        sandbox_s = user.pick(("sandbox",)) or Setting(SandboxSettings(), Source("default", None, None, "sandbox"))
+        sandbox: SandboxSettings = sandbox_s.value
+        ceilings = LaunchCeilings()
+        if self.org is not None and self.org.model.org is not None:
+            o = self.org.model.org
+            src = org.source
+            ceilings = LaunchCeilings(
+                commands=None if o.commands is None else tuple(
+                    GlobRule(p, src(("org", "commands", i))) for i, p in enumerate(o.commands)),
+                env=None if o.env is None else tuple(GlobRule(p, src(("org", "env", i))) for i, p in enumerate(o.env)),
+                sandbox_kinds=Setting(o.sandbox_kinds, src(("org", "sandbox_kinds"))),
+                read_dirs=None if o.read_dirs is None else Setting(o.read_dirs, src(("org", "read_dirs"))),
+                write_dirs=None if o.write_dirs is None else Setting(o.write_dirs, src(("org", "write_dirs"))),
+            )
+            if o.limits is not None:
+                clamped: dict[str, int] = {}
+                for key, ceiling in o.limits.model_dump().items():
+                    if ceiling is not None and getattr(sandbox.limits, key) > ceiling:
+                        clamped[key] = ceiling
+                        notes.append(f"sandbox.limits.{key} lowered to {ceiling} by "
+                                     f"{src(('org', 'limits', key))}")
+                if clamped:
+                    sandbox = sandbox.model_copy(update={"limits": sandbox.limits.model_copy(update=clamped)})
+
+        def least(order: Sequence[str], attrs: tuple[str, ...], default: Any) -> Setting[Any]:
+            u = user.pick(attrs) or Setting(default, Source("default", None, None, ".".join(attrs)))
+            o = org.pick(attrs)
+            eff = _least(order, o, u)
+            if o is not None and eff is o and o.value != u.value:
+                notes.append(f"{'.'.join(attrs)} = {u.value!r} ({u.source}) lowered to {o.value!r} by {o.source}")
+            return eff
+
+        on_new = least(ON_NEW_ORDER, ("on_new",), "ask")
+        on_changed = least(ON_CHANGED_ORDER, ("on_changed",), "ask")
+        sampling = least(SAMPLING_ORDER, ("capabilities", "sampling"), "off")
+        elicitation = least(ELICITATION_ORDER, ("capabilities", "elicitation"), "off")
+        sampling_context = _least_bool(user.pick(("capabilities", "sampling_context")),
+                                       org.pick(("capabilities", "sampling_context")))
+        u_audit = user.pick(("audit_arguments",)) or Setting("hash", Source("default", None, None, "audit_arguments"))
+        o_audit = org.pick(("audit_arguments",))
+        audit = u_audit
+        if o_audit is not None and AUDIT_ORDER.index(o_audit.value) > AUDIT_ORDER.index(u_audit.value):
+            audit = o_audit
+            notes.append(f"audit_arguments raised to {o_audit.value!r} by {o_audit.source}")
+
+        roots_u = user.pick(("capabilities", "roots")) or Setting((), Source("default", None, None,
+                                                                            "capabilities.roots"))
+        roots_o = org.pick(("capabilities", "roots"))
+        roots = roots_u
+        if roots_o is not None:
+            kept = tuple(r for r in roots_u.value if any(_within(r, b) for b in roots_o.value))
+            for r in roots_u.value:
+                if r not in kept:
+                    notes.append(f"root {r!r} ({roots_u.source}) dropped: outside the org roots {roots_o.source}")
+            roots = Setting(kept, roots_u.source)
+
+        arguments = tuple(ArgRule(r, view.source((*prefix, "arguments", i)))
+                          for view in (org, user) for prefix, table in view.tables()
+                          if "arguments" in table.model_fields_set for i, r in enumerate(table.arguments))
+
+        layers_of = {kind: tuple(lr for lr in (_rules(org, kind, default_allow=False),
+                                               _rules(user, kind, default_allow=True))
+                                 if self.org is not None or lr.layer != "org")
+                     for kind in ("tools", "prompts", "resources")}
+        files = {}
+        if self.org is not None:
+            files["org"] = f"{self.org.path} sha256:{self.org.sha256}"
+        if self.user is not None:
+            files["user"] = f"{self.user.path} sha256:{self.user.sha256}"
+        return ServerPolicy(
+            name=name, argv=use_argv, declared_argv=declared, env_names=env,
+            sandbox=Setting(sandbox, sandbox_s.source),
+            network=Setting("none", Source("builtin", None, None, "network (only 'none' exists for now)")),
+            tools=layers_of["tools"], prompts=layers_of["prompts"], resources=layers_of["resources"],
+            arguments=arguments, sampling=sampling, sampling_context=sampling_context, elicitation=elicitation,
+            roots=roots, audit_arguments=audit, on_new=on_new, on_changed=on_changed, ceilings=ceilings,
+            notes=tuple(notes), policy_files=files,
+        )
+
+
+def _least_bool(u: Setting[Any] | None, o: Setting[Any] | None) -> Setting[bool]:
+    u = u or Setting(False, Source("default", None, None, "capabilities.sampling_context"))
+    if o is not None and not o.value:
+        return Setting(False, o.source) if u.value else u
+    return u
+
+
+def load_effective_policy(config_path: Path | None, org_policy_path: Path | None = None,
+                          env: Mapping[str, str] | None = None) -> EffectivePolicy:
+    """Load the org policy and the user config into an :class:`EffectivePolicy`.
+
+    ``org_policy_path`` given explicitly must exist; otherwise ``$WARDEN_ORG_POLICY`` (must exist) or
+    ``/etc/warden/policy.toml`` (optional) is used. A missing user config means the shipped defaults
+    (``policies/default.toml`` says the same thing in a file).
+
+    Raises:
+        ConfigError: a file that must exist is missing, or any file is invalid (with file:line).
+    """
+    if org_policy_path is not None:
+        org_path: Path | None = org_policy_path
+        required = True
+    else:
+        org_path, required = org_policy_path_from(env or {})
+    org: LoadedFile | None = None
+    if org_path is not None and (org_path.exists() or required):
+        if not org_path.exists():
+            raise ConfigError(f"org policy {org_path} does not exist",
+                              hint="fix WARDEN_ORG_POLICY or create the file")
+        org = load_policy_file(org_path, "org")
+    user: LoadedFile | None = None
+    if config_path is not None and config_path.exists():
+        user = load_policy_file(config_path, "user")
+    return EffectivePolicy(org, user)
+
+
+def org_policy_path_from(env: Mapping[str, str]) -> tuple[Path | None, bool]:
+    return org_policy_path(env)

@@ -1,0 +1,27 @@
+"""Pins: canonical hashing, the pin store, diffs that name hidden characters, and description scanning."""
+
+from warden.policy.pins._canonical import arguments_digest, canonical_json, digest, short
+from warden.policy.pins._diff import hidden_legend, render_definition, side_by_side
+from warden.policy.pins._scan import Finding, scan_definition
+from warden.policy.pins._store import Detection, ListObservation, PinEntry, PinStore, entry_key
+from warden.policy.pins._types import ENTRY_KINDS, EntryKind, PinState
+
+__all__ = [
+    "ENTRY_KINDS",
+    "Detection",
+    "EntryKind",
+    "Finding",
+    "ListObservation",
+    "PinEntry",
+    "PinState",
+    "PinStore",
+    "arguments_digest",
+    "canonical_json",
+    "digest",
+    "entry_key",
+    "hidden_legend",
+    "render_definition",
+    "scan_definition",
+    "short",
+    "side_by_side",
+]

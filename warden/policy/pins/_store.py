@@ -1,0 +1,452 @@
+"""The pin store: one JSON file in warden's private state directory, shared safely by several processes.
+
+Layout: ``<state>/pins.json`` (mode 0600, in a 0700 directory that no sandbox ever sees) holds, per server, one
+record per pinned thing: the server identity (its launch manifest), its instructions, and each tool, prompt,
+resource and resource template. A record keeps the current definition and digest, the approved definition and
+digest, the findings of the scanner, and who approved it when.
+
+Concurrency: every change takes an exclusive ``flock`` on ``<state>/pins.lock``, re-reads the file, applies the
+change and replaces the file atomically (write a temporary file, fsync, rename, fsync the directory), so several
+``warden run`` processes and a ``warden pins approve`` in another terminal never lose each other's updates. Readers
+take no lock: they ``stat`` the file on each check and reload only when its inode, size or mtime changed, which is
+cheap enough to do on every call and makes an approval or revocation from another terminal effective at once.
+
+Whether an entry may be used is decided from the digest the caller sees *now*: it is approved only while that
+digest equals the approved digest and the entry is not revoked. A definition that changed is therefore
+quarantined even before any process has written the change down.
+
+Trust: the file is refused (fail closed, nothing approved) if it is a symlink, not ours, group/world accessible or
+malformed. Nothing a server sends can approve anything: servers only cause ``pending`` or ``changed`` records;
+approvals come from :meth:`PinStore.approve` (the terminal) and :meth:`PinStore.approve_exact` (an in-band answer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import fcntl
+import json
+import os
+import stat
+import time
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, final
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from warden.errors import PolicyError, RemoteProtocolError, StateError
+from warden.paths import ensure_private_dir
+from warden.policy.pins._canonical import digest as compute_digest
+from warden.policy.pins._scan import Finding, scan_definition
+from warden.policy.pins._types import ENTRY_KINDS, EntryKind, PinState
+
+__all__ = ["Detection", "ListObservation", "PinEntry", "PinStore", "entry_key"]
+
+FORMAT: Literal["warden-pins/1"] = "warden-pins/1"
+MAX_STORE_BYTES = 64 << 20
+_KEY_FIELD: dict[str, str] = {"tool": "name", "prompt": "name", "resource": "uri", "resource_template": "uriTemplate"}
+
+
+class _Finding(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    code: str
+    path: str
+    message: str
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    kind: EntryKind
+    key: str
+    state: Literal["pending", "approved", "changed", "revoked"]
+    digest: str
+    definition: Any
+    approved_digest: str | None = None
+    approved_definition: Any = None
+    findings: list[_Finding] = []
+    first_seen: str
+    changed_at: str | None = None
+    approved_at: str | None = None
+    approved_by: str | None = None
+
+
+class _File(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    format: Literal["warden-pins/1"]
+    servers: dict[str, dict[str, _Record]] = {}
+
+
+def entry_key(kind: EntryKind, key: str) -> str:
+    """The record key inside a server: ``kind:key`` (kinds contain no colon, so the split is unambiguous)."""
+    return f"{kind}:{key}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class PinEntry:
+    """A read-only view of one record."""
+
+    server: str
+    kind: EntryKind
+    key: str
+    state: PinState
+    digest: str
+    definition: Any
+    approved_digest: str | None
+    approved_definition: Any
+    findings: tuple[Finding, ...]
+    first_seen: str
+    changed_at: str | None
+    approved_at: str | None
+    approved_by: str | None
+
+    @classmethod
+    def _of(cls, server: str, r: _Record) -> PinEntry:
+        return cls(server, r.kind, r.key, PinState(r.state), r.digest, r.definition, r.approved_digest,
+                   r.approved_definition, tuple(Finding(f.code, f.path, f.message) for f in r.findings),
+                   r.first_seen, r.changed_at, r.approved_at, r.approved_by)
+
+    @property
+    def label(self) -> str:
+        return "server identity" if self.kind == "server" else "instructions" if self.kind == "instructions" \
+            else f"{self.kind.replace('_', ' ')} {self.key!r}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """Something the gateway must report (stderr now, an audit record later)."""
+
+    server: str
+    kind: EntryKind
+    key: str
+    event: Literal["new", "changed", "reverted", "tofu-approved", "rejected"]
+    digest: str | None
+    previous_digest: str | None = None
+    findings: tuple[Finding, ...] = ()
+    detail: str = ""
+
+    def __str__(self) -> str:
+        what = "server identity" if self.kind == "server" else f"{self.kind} {self.key!r}"
+        extra = f" ({len(self.findings)} finding(s))" if self.findings else ""
+        tail = f": {self.detail}" if self.detail else ""
+        return f"warden: pins: server {self.server!r}: {what} {self.event}{extra}{tail}"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ListObservation:
+    """What one upstream list contained: each usable key's digest and pin state, plus what to report."""
+
+    digests: Mapping[str, str]
+    states: Mapping[str, PinState]
+    detections: tuple[Detection, ...] = ()
+    rejected: tuple[str, ...] = field(default=())
+
+
+def _now_iso(clock: Callable[[], float]) -> str:
+    return datetime.datetime.fromtimestamp(clock(), tz=datetime.UTC).isoformat(timespec="seconds")
+
+
+@final
+class PinStore:
+    """Pins for every server, in ``state_dir``. See the module docstring for the guarantees.
+
+    Raises (from every method): :class:`StateError` when the store cannot be read or written safely.
+    """
+
+    def __init__(self, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+        self._dir = ensure_private_dir(state_dir)
+        self._path = self._dir / "pins.json"
+        self._lock_path = self._dir / "pins.lock"
+        self._clock = clock
+        self._stamp: tuple[int, int, int, int] | None = None
+        self._data = _File(format=FORMAT)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    # ---- reading -------------------------------------------------------------------------------------------
+
+    def _read(self) -> tuple[_File, tuple[int, int, int, int] | None]:
+        try:
+            fd = os.open(self._path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return _File(format=FORMAT), None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StateError(f"{self._path} is a symlink; refusing it",
+                                 hint=f"remove it and re-approve: rm {self._path}") from exc
+            raise StateError(f"cannot open {self._path}: {exc.strerror}") from exc
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+                raise StateError(f"{self._path} is not a private regular file of ours (mode "
+                                 f"{stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}); refusing every pin",
+                                 hint=f"check who changed it; then chmod 600 {self._path}")
+            raw = f.read(MAX_STORE_BYTES + 1)
+        if len(raw) > MAX_STORE_BYTES:
+            raise StateError(f"{self._path} is larger than {MAX_STORE_BYTES} bytes")
+        try:
+            data = _File.model_validate(json.loads(raw))
+        except (ValueError, ValidationError) as exc:
+            raise StateError(f"{self._path} is corrupt: {str(exc).splitlines()[0]}",
+                             hint="restore it from a backup, or remove it and approve again") from exc
+        return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def refresh(self) -> None:
+        """Reload if another process replaced the file (one ``stat``; called by every read)."""
+        try:
+            st = os.stat(self._path, follow_symlinks=False)
+            stamp: tuple[int, int, int, int] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            stamp = None
+        except OSError as exc:
+            raise StateError(f"cannot stat {self._path}: {exc.strerror}") from exc
+        if stamp != self._stamp or (stamp is None and self._data.servers):
+            self._data, self._stamp = self._read()
+
+    def state(self, server: str, kind: EntryKind, key: str, digest: str) -> PinState:
+        """Is this exact ``digest`` approved for the entry? Cheap: a ``stat`` plus a dict lookup."""
+        self.refresh()
+        rec = self._data.servers.get(server, {}).get(entry_key(kind, key))
+        if rec is None:
+            return PinState.UNKNOWN
+        if rec.state == "revoked":
+            return PinState.REVOKED
+        if rec.approved_digest == digest:
+            return PinState.APPROVED
+        return PinState.CHANGED if rec.approved_digest is not None else PinState.PENDING
+
+    def is_approved(self, server: str, kind: EntryKind, key: str, digest: str) -> bool:
+        return self.state(server, kind, key, digest) is PinState.APPROVED
+
+    def entries(self, server: str | None = None) -> list[PinEntry]:
+        """Every record (of one server), sorted by server, kind order, key."""
+        self.refresh()
+        out = [PinEntry._of(s, r) for s, recs in self._data.servers.items() if server is None or s == server
+               for r in recs.values()]
+        return sorted(out, key=lambda e: (e.server, ENTRY_KINDS.index(e.kind), e.key))
+
+    def get(self, server: str, kind: EntryKind, key: str) -> PinEntry | None:
+        self.refresh()
+        rec = self._data.servers.get(server, {}).get(entry_key(kind, key))
+        return PinEntry._of(server, rec) if rec else None
+
+    def servers(self) -> list[str]:
+        self.refresh()
+        return sorted(self._data.servers)
+
+    def tool_names_by_server(self) -> dict[str, set[str]]:
+        """Every server's known tool names (for the cross-server scanner checks)."""
+        self.refresh()
+        return {s: {r.key for r in recs.values() if r.kind == "tool"} for s, recs in self._data.servers.items()}
+
+    # ---- writing -------------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _update(self) -> Iterator[_File]:
+        try:
+            lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StateError(f"cannot open {self._lock_path}: {exc.strerror}") from exc
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+            data, _ = self._read()
+            before = data.model_dump_json()
+            yield data
+            if data.model_dump_json() != before:
+                self._write(data)
+            self._data, self._stamp = self._read()
+        finally:
+            os.close(lock_fd)  # closing releases the flock
+
+    def _write(self, data: _File) -> None:
+        payload = json.dumps(data.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=True).encode()
+        tmp = self._dir / f".pins.json.{os.getpid()}.tmp"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.rename(tmp, self._path)
+            dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise StateError(f"cannot write {self._path}: {exc.strerror}",
+                             hint="check free space and permissions of the state directory") from exc
+
+    def _observe_one(self, data: _File, server: str, kind: EntryKind, key: str, definition: Any, d: str,
+                     findings: Sequence[Finding], on_new: str) -> list[Detection]:
+        recs = data.servers.setdefault(server, {})
+        rk = entry_key(kind, key)
+        rec = recs.get(rk)
+        now = _now_iso(self._clock)
+        fmodels = [_Finding(code=f.code, path=f.path, message=f.message) for f in findings]
+        if rec is None:
+            rec = _Record(kind=kind, key=key, state="pending", digest=d, definition=definition, findings=fmodels,
+                          first_seen=now)
+            recs[rk] = rec
+            out = [Detection(server, kind, key, "new", d, None, tuple(findings))]
+            if on_new == "tofu" and not findings:
+                rec.state, rec.approved_digest, rec.approved_definition = "approved", d, definition
+                rec.approved_at, rec.approved_by = now, "trust-on-first-use"
+                out.append(Detection(server, kind, key, "tofu-approved", d))
+            return out
+        if rec.digest == d:
+            return []
+        previous = rec.digest
+        rec.digest, rec.definition, rec.findings, rec.changed_at = d, definition, fmodels, now
+        if rec.state == "revoked":
+            return [Detection(server, kind, key, "changed", d, previous, tuple(findings), "still revoked")]
+        if rec.approved_digest == d:
+            rec.state = "approved"
+            return [Detection(server, kind, key, "reverted", d, previous, detail="back to the approved definition")]
+        rec.state = "changed" if rec.approved_digest is not None else "pending"
+        return [Detection(server, kind, key, "changed", d, previous, tuple(findings),
+                          "quarantined until approved again" if rec.approved_digest else "still pending")]
+
+    def observe_server(self, server: str, manifest: Mapping[str, Any], *, on_new: str) -> tuple[PinState,
+                                                                                               list[Detection]]:
+        """Record the server's identity (its launch manifest); return its pin state and what to report."""
+        d = compute_digest(dict(manifest))
+        with self._update() as data:
+            detections = self._observe_one(data, server, "server", "", dict(manifest), d, (), on_new)
+        return self.state(server, "server", "", d), detections
+
+    def observe_instructions(self, server: str, instructions: str | None, *, on_new: str) -> tuple[PinState,
+                                                                                                  list[Detection]]:
+        """Record the server's instructions (absent instructions pin as ``null``)."""
+        d = compute_digest(instructions)
+        current = self.get(server, "instructions", "")
+        if current is not None and current.digest == d:
+            return self.state(server, "instructions", "", d), []
+        findings = scan_definition("instructions", instructions or "", server=server,
+                                   other_servers=self.tool_names_by_server())
+        with self._update() as data:
+            detections = self._observe_one(data, server, "instructions", "", instructions, d, findings, on_new)
+        return self.state(server, "instructions", "", d), detections
+
+    def observe_list(self, server: str, kind: EntryKind, definitions: Sequence[Any], *, on_new: str,
+                     extra_names: Mapping[str, Collection[str]] | None = None) -> ListObservation:
+        """Record a complete upstream list (all pages) of ``kind``: new entries become pending (or approved under
+        trust-on-first-use when the scanner found nothing), changed ones are quarantined at once. Definitions
+        without a usable key, that cannot be hashed, or whose key occurs twice are rejected (never listed).
+        ``extra_names`` adds other servers' tool names the store does not know yet (other upstreams of this
+        gateway) for the collision and shadowing checks."""
+        if kind not in _KEY_FIELD:
+            raise ValueError(f"observe_list takes tools, prompts, resources or templates, not {kind!r}")
+        field_name = _KEY_FIELD[kind]
+        keyed: dict[str, list[Any]] = {}
+        rejected: list[str] = []
+        detections: list[Detection] = []
+        for i, definition in enumerate(definitions):
+            key = definition.get(field_name) if isinstance(definition, Mapping) else None
+            if not isinstance(key, str) or not key:
+                rejected.append(f"#{i}")
+                detections.append(Detection(server, kind, f"#{i}", "rejected", None,
+                                            detail=f"no string {field_name!r}"))
+                continue
+            keyed.setdefault(key, []).append(definition)
+        digests: dict[str, str] = {}
+        for key, defs in keyed.items():
+            if len(defs) > 1:
+                rejected.append(key)
+                detections.append(Detection(server, kind, key, "rejected", None,
+                                            detail=f"{len(defs)} definitions share this {field_name}"))
+                continue
+            try:
+                digests[key] = compute_digest(defs[0])
+            except RemoteProtocolError as exc:
+                rejected.append(key)
+                detections.append(Detection(server, kind, key, "rejected", None, detail=exc.message))
+        self.refresh()
+        known = self._data.servers.get(server, {})
+        todo = {k: d for k, d in digests.items() if (rec := known.get(entry_key(kind, k))) is None or rec.digest != d}
+        if todo:
+            others = {s: set(n) for s, n in self.tool_names_by_server().items() if s != server}
+            for s, names in (extra_names or {}).items():
+                if s != server:
+                    others.setdefault(s, set()).update(names)
+            scanned = {k: scan_definition(kind, keyed[k][0], server=server, other_servers=others) for k in todo}
+            with self._update() as data:
+                for k, d in todo.items():
+                    detections.extend(self._observe_one(data, server, kind, k, keyed[k][0], d, scanned[k], on_new))
+        states = {k: self.state(server, kind, k, d) for k, d in digests.items()}
+        return ListObservation(digests, states, tuple(detections), tuple(rejected))
+
+    def _select(self, data: _File, server: str, kind: EntryKind | None, key: str | None) -> list[_Record]:
+        recs = data.servers.get(server)
+        if not recs:
+            raise PolicyError(f"no pins for server {server!r}", hint="run `warden pins list` to see known servers")
+        if key is None and kind is None:
+            return [r for r in recs.values() if r.state in ("pending", "changed")]
+        found = [r for r in recs.values() if (key is None or r.key == key) and (kind is None or r.kind == kind)]
+        if key is not None and kind is None and len({r.kind for r in found}) > 1:
+            raise PolicyError(f"{key!r} names several kinds of entry of server {server!r}",
+                              hint="add --kind tool|prompt|resource|resource_template")
+        if not found:
+            raise PolicyError(f"server {server!r} has no {kind or 'entry'} {key!r}",
+                              hint=f"run `warden pins list {server}`")
+        return found
+
+    def approve(self, server: str, kind: EntryKind | None = None, key: str | None = None, *,
+                expected: Mapping[tuple[str, str], str] | None = None, by: str = "terminal") -> list[PinEntry]:
+        """Approve the current definition of the selected entries (the whole server: everything pending or
+        changed, its identity included). ``expected`` maps ``(kind, key)`` to the digest the human was shown; an
+        entry whose digest moved since then is not approved (raises :class:`PolicyError`)."""
+        now = _now_iso(self._clock)
+        with self._update() as data:
+            chosen = self._select(data, server, kind, key)
+            for r in chosen:
+                want = (expected or {}).get((r.kind, r.key))
+                if expected is not None and want != r.digest:
+                    raise PolicyError(f"{r.kind} {r.key!r} of server {server!r} changed after it was shown; "
+                                      "nothing was approved", hint=f"review it again: warden pins diff {server}")
+            for r in chosen:
+                r.state, r.approved_digest, r.approved_definition = "approved", r.digest, r.definition
+                r.approved_at, r.approved_by = now, by
+        return [PinEntry._of(server, r) for r in chosen]
+
+    def approve_exact(self, server: str, items: Sequence[tuple[EntryKind, str, str]], *, by: str) -> list[PinEntry]:
+        """Approve exactly these ``(kind, key, digest)`` triples (an in-band answer). All or nothing: if any
+        entry's current digest differs, nothing is approved and :class:`PolicyError` is raised."""
+        now = _now_iso(self._clock)
+        with self._update() as data:
+            recs = data.servers.get(server, {})
+            chosen: list[_Record] = []
+            for kind, key, d in items:
+                rec = recs.get(entry_key(kind, key))
+                if rec is None or rec.digest != d:
+                    raise PolicyError(f"{kind} {key!r} of server {server!r} is no longer the definition that was "
+                                      "shown; nothing was approved")
+                chosen.append(rec)
+            for r in chosen:
+                r.state, r.approved_digest, r.approved_definition = "approved", r.digest, r.definition
+                r.approved_at, r.approved_by = now, by
+        return [PinEntry._of(server, r) for r in chosen]
+
+    def revoke(self, server: str, kind: EntryKind | None = None, key: str | None = None) -> list[PinEntry]:
+        """Revoke the selected entries (no ``kind``/``key``: the server identity, which refuses the whole
+        server). A revoked entry stays refused until approved again by name."""
+        with self._update() as data:
+            chosen = self._select(data, server, kind or ("server" if key is None else None), key)
+            for r in chosen:
+                r.state = "revoked"
+        return [PinEntry._of(server, r) for r in chosen]
