@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from warden import __version__
+from warden.cli import pins as pins
+from warden.cli import policy as policy
 from warden.cli import run as run
 from warden.cli._common import CommandContext
 from warden.errors import WardenError
@@ -20,6 +22,8 @@ from warden.errors import WardenError
 # Each verb group module exposes register(subparsers) and sets ``func`` on its parsers.
 _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     run.register,
+    policy.register,
+    pins.register,
 )
 
 
