@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
+
+import trio
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -28,3 +32,79 @@ def everything_server() -> list[str]:
 
 def filesystem_server(root: Path) -> list[str]:
     return [NODE, str(PEERS / "@modelcontextprotocol" / "server-filesystem" / "dist" / "index.js"), str(root)]
+
+
+class RawHost:
+    """A host that speaks raw JSON lines to a ``warden run`` child: for hostile and lifecycle tests."""
+
+    def __init__(self, process: trio.Process) -> None:
+        assert process.stdin is not None
+        assert process.stdout is not None
+        self.process = process
+        self._stdin = process.stdin
+        self._stdout = process.stdout
+        self._buffer = b""
+        self.seen: list[dict[str, object]] = []
+
+    @classmethod
+    async def start(cls, argv: list[str], **kwargs: Any) -> RawHost:
+        process = await trio.lowlevel.open_process(argv, stdin=-1, stdout=-1, **kwargs)
+        return cls(process)
+
+    async def send_raw(self, data: bytes) -> None:
+        await self._stdin.send_all(data)
+
+    async def send(self, message: dict[str, object]) -> None:
+        await self.send_raw(json.dumps(message).encode() + b"\n")
+
+    async def request(self, id_: object, method: str, params: dict[str, object] | None = None) -> None:
+        message: dict[str, object] = {"jsonrpc": "2.0", "id": id_, "method": method}
+        if params is not None:
+            message["params"] = params
+        await self.send(message)
+
+    async def initialize(self, capabilities: dict[str, object] | None = None) -> dict[str, object]:
+        await self.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+                                             "clientInfo": {"name": "rawhost", "version": "1"}})
+        answer = await self.response(0)
+        await self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        return answer
+
+    async def next_message(self, timeout: float = 30.0) -> dict[str, object] | None:
+        """The next message from warden, or None at EOF. Fails the test on timeout."""
+        with trio.fail_after(timeout):
+            while b"\n" not in self._buffer:
+                chunk = await self._stdout.receive_some(1 << 20)
+                if not chunk:
+                    return None
+                self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        message = json.loads(line)
+        self.seen.append(message)
+        return message
+
+    async def response(self, id_: object, timeout: float = 30.0) -> dict[str, object]:
+        """Read until the response to ``id_``; other messages are kept in ``seen``."""
+        while True:
+            message = await self.next_message(timeout)
+            assert message is not None, f"warden closed its stdout before answering {id_!r}"
+            if message.get("id") == id_ and "method" not in message:
+                return message
+
+    async def call(self, id_: object, tool: str, arguments: dict[str, object] | None = None,
+                   timeout: float = 30.0) -> dict[str, object]:
+        await self.request(id_, "tools/call", {"name": tool, "arguments": arguments or {}})
+        return await self.response(id_, timeout)
+
+    async def close(self) -> int:
+        await self._stdin.aclose()
+        with trio.fail_after(30):
+            return await self.process.wait()
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of a process, from /proc."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")

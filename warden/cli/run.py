@@ -59,6 +59,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="hard limit for any request, progress or not (default 600)")
     parser.add_argument("--probe-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long server/discover may take before the server is treated as legacy")
+    parser.add_argument("--handshake-timeout", type=float, default=30.0, metavar="SECONDS",
+                        help="how long a legacy server may take to answer initialize (default 30)")
+    parser.add_argument("--shutdown-grace", type=float, default=2.0, metavar="SECONDS",
+                        help="wait this long after closing the server's stdin, then again after SIGTERM, "
+                             "before SIGKILL (default 2)")
     parser.add_argument("--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
                         help="largest JSON-RPC message accepted from either side (default 16 MiB)")
     parser.add_argument("--quiet-server", action="store_true", help="do not copy the server's stderr to ours")
@@ -74,7 +79,9 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         raise ConfigError("no server command given", hint="usage: warden run [--name NAME] -- CMD ARGS")
     options = UpstreamOptions(
         request_timeout=args.request_timeout, max_request_time=args.max_request_time,
-        probe_timeout=args.probe_timeout, max_message_size=args.max_message_size,
+        probe_timeout=args.probe_timeout, handshake_timeout=args.handshake_timeout,
+        stdin_close_grace=args.shutdown_grace, terminate_grace=args.shutdown_grace,
+        max_message_size=args.max_message_size,
         client_info={"name": "warden", "version": __version__})
     logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
     logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)

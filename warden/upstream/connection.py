@@ -14,6 +14,7 @@ maximum. When a request times out or its caller is cancelled, warden sends ``not
 from __future__ import annotations
 
 import contextlib
+import enum
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,6 +29,7 @@ from warden.errors import (
     LaunchError,
     SandboxUnavailable,
     UpstreamClosed,
+    UpstreamError,
     UpstreamTimeout,
     WardenError,
 )
@@ -172,6 +174,11 @@ class EraCache:
 
 class _Respawn(Exception):
     """The process must be replaced before the handshake (it hung or died during the probe)."""
+
+
+class _Outcome(enum.Enum):
+    ENDED = "ended"
+    RESPAWN = "respawn"
 
 
 @final
@@ -432,6 +439,7 @@ class Upstream:
         self._capabilities_known = trio.Event()
         self.restarts = 0
         self.pids: list[int] = []
+        self._last_reason = ""
 
     # -- public -------------------------------------------------------------------------------------------------
 
@@ -481,63 +489,74 @@ class Upstream:
     # -- supervision --------------------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Own the server process until cancelled: start, hand-shake, restart with backoff on exit."""
+        """Own the server process until cancelled: start, hand-shake, restart with backoff when it ends.
+
+        A server that cannot be run at all (launch refused, sandbox unavailable, no common protocol) is not
+        retried: every waiting and later request gets that error.
+        """
         task_status.started()
         backoff = self.options.restart_backoff
-        respawn_now = False
         while True:
-            if not respawn_now:
-                pass
             started = trio.current_time()
             try:
-                respawn_now = await self._run_process()
+                outcome = await self._run_process()
             except (LaunchError, SandboxUnavailable, IncompatibleServer) as exc:
                 log.error("%s: %s", self.name, exc.message)
                 self._fatal = exc
                 self._notify_change()
                 await trio.sleep_forever()
-            if respawn_now:
+            if outcome is _Outcome.RESPAWN:
                 continue
             self.restarts += 1
             if trio.current_time() - started > 60:
                 backoff = self.options.restart_backoff
-            log.warning("%s: server exited; restarting in %.1f s", self.name, backoff)
+            log.warning("%s: server ended (%s); restarting in %.1f s", self.name, self._last_reason, backoff)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, self.options.restart_backoff_max)
 
-    async def _run_process(self) -> bool:
-        """Run one process to its end. Returns True when the next process must start at once (probe fallback)."""
+    async def _run_process(self) -> _Outcome:
+        """Run one process to its end.
+
+        Raises the fatal errors of :meth:`run` (outside the nursery, so they are not wrapped in a group).
+        """
         child = await self.launcher.launch(self.spec)
         self.pids.append(child.pid)
         channel = MessageChannel(child.stdout, child.stdin, name=f"upstream {self.name}",
                                  max_message_size=self.options.max_message_size)
         session = _Session(self, child, channel)
-        respawn = False
+        outcome = _Outcome.ENDED
+        fatal: WardenError | None = None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(channel.serve_writer)
                 nursery.start_soon(self.stderr.drain, child.stderr)
-                nursery.start_soon(self._watch_exit, session, nursery)
+                nursery.start_soon(self._watch_exit, session)
                 nursery.start_soon(session.read_loop, nursery)
                 try:
                     self._description = await self._establish(session)
                 except _Respawn:
-                    respawn = True
-                    nursery.cancel_scope.cancel()
-                    return True
-                self._session = session
-                self._ready.set()
-                self._notify_change()
-                await session.closed.wait()
+                    outcome = _Outcome.RESPAWN
+                except (LaunchError, SandboxUnavailable, IncompatibleServer) as exc:
+                    fatal = exc
+                except UpstreamError as exc:  # the process died or hung during the handshake: restart it
+                    session.mark_closed(exc.message)
+                else:
+                    self._session = session
+                    self._ready.set()
+                    self._notify_change()
+                    await session.closed.wait()
                 nursery.cancel_scope.cancel()
         finally:
             session.mark_closed(session.close_reason)
+            self._last_reason = session.close_reason
             self._ready = trio.Event()
             self._session = None
-            await self._stop(child, channel, graceful=not respawn)
-        return respawn
+            await self._stop(child, channel, graceful=outcome is _Outcome.ENDED and fatal is None)
+        if fatal is not None:
+            raise fatal
+        return outcome
 
-    async def _watch_exit(self, session: _Session, nursery: trio.Nursery) -> None:
+    async def _watch_exit(self, session: _Session) -> None:
         status = await session.child.wait()
         tail = self.stderr.tail(5)
         reason = f"the server exited with status {status}" + (f"; last stderr: {' | '.join(tail)}" if tail else "")

@@ -1,0 +1,138 @@
+"""Lifecycle obligations through warden: shutdown escalation, initialize never cancelled, timeouts with cancellation,
+progress, pings, crash and restart (issue 2 acceptance: lifecycle)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import trio
+
+from tests.support import RAWSERVER, RawHost, through_warden
+
+
+def received(log: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.read_bytes().splitlines() if line.strip()]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "X"
+    return status != "Z"
+
+
+async def test_LC10_LC11_server_ignoring_eof_and_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    host = await RawHost.start(through_warden(
+        [*RAWSERVER, "--ignore-eof-and-term", "--pidfile", str(pids)], "--shutdown-grace", "0.5"))
+    await host.initialize()
+    pid = int(pids.read_text().split()[0])
+    assert alive(pid)
+    assert await host.close() == 0
+    with trio.fail_after(5):
+        while alive(pid):
+            await trio.sleep(0.05)
+    # It was SIGKILLed: it ignored both the closed stdin and SIGTERM.
+    assert not alive(pid)
+
+
+async def test_LC09_initialize_is_never_cancelled_the_server_is_closed_instead(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    pids = tmp_path / "pids"
+    host = await RawHost.start(through_warden(
+        [*RAWSERVER, "--initialize-silent", "--log", str(log), "--pidfile", str(pids)],
+        "--handshake-timeout", "1", "--shutdown-grace", "0.2"))
+    await host.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                         "clientInfo": {"name": "h", "version": "1"}})
+    with trio.fail_after(10):
+        while not pids.exists() or len(pids.read_text().split()) < 2:  # closed, and a new one started
+            await trio.sleep(0.05)
+    await host.process.stdin.aclose()  # type: ignore[union-attr]
+    with trio.fail_after(30):
+        await host.process.wait()
+    messages = received(log)
+    init_ids = {m["id"] for m in messages if m.get("method") == "initialize"}
+    cancelled = {m["params"]["requestId"] for m in messages  # type: ignore[index]
+                 if m.get("method") == "notifications/cancelled"}
+    assert init_ids
+    assert not (init_ids & cancelled)
+
+
+async def test_MS04_MS09_timed_out_request_is_cancelled_upstream_and_its_late_answer_dropped(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    host = await RawHost.start(through_warden([*RAWSERVER, "--log", str(log)], "--request-timeout", "0.5"))
+    await host.initialize()
+    answer = await host.call(1, "slow", {"seconds": 1.5})
+    assert answer["error"]["code"] == -32001  # type: ignore[index]
+    assert "deadline" in answer["error"]["message"]  # type: ignore[index]
+    # The late "slow done" arrives at warden after 1.5 s; it must not reach the host.
+    assert (await host.call(2, "echo", {"text": "after"}, timeout=10))["result"]
+    await trio.sleep(1.5)
+    assert (await host.call(3, "echo", {"text": "later"}))["result"]
+    await host.close()
+    assert not any(m.get("id") == 1 and "result" in m for m in host.seen)
+    call = next(m for m in received(log) if m.get("method") == "tools/call")
+    cancels = [m for m in received(log) if m.get("method") == "notifications/cancelled"]
+    assert [c["params"]["requestId"] for c in cancels] == [call["id"]]  # type: ignore[index]
+
+
+async def test_MS05_MS07_progress_extends_the_timeout(tmp_path: Path) -> None:
+    host = await RawHost.start(through_warden(RAWSERVER, "--request-timeout", "0.6"))
+    await host.initialize()
+    await host.request(1, "tools/call", {"name": "slow", "arguments": {"seconds": 2, "progress": True},
+                                         "_meta": {"progressToken": "host-token"}})
+    answer = await host.response(1)
+    assert answer["result"]["content"][0]["text"] == "slow done"  # type: ignore[index]
+    progress = [m for m in host.seen if m.get("method") == "notifications/progress"]
+    assert progress
+    assert all(p["params"]["progressToken"] == "host-token" for p in progress)  # type: ignore[index]
+    await host.close()
+
+
+async def test_MS06_progress_cannot_extend_past_the_hard_maximum() -> None:
+    host = await RawHost.start(through_warden(RAWSERVER, "--request-timeout", "0.5", "--max-request-time", "1"))
+    await host.initialize()
+    answer = await host.call(1, "slow", {"seconds": 3, "progress": True})
+    assert answer["error"]["code"] == -32001  # type: ignore[index]
+    await host.close()
+
+
+async def test_MS16_the_servers_ping_is_answered() -> None:
+    host = await RawHost.start(through_warden(RAWSERVER))
+    await host.initialize()
+    answer = await host.call(1, "ping_client")
+    reply = json.loads(answer["result"]["content"][0]["text"])  # type: ignore[index]
+    assert reply["result"] == {}
+    assert not any(m.get("method") == "ping" for m in host.seen)  # warden answered; the host was not bothered
+    await host.close()
+
+
+async def test_ST04_crashed_server_gives_an_error_then_is_restarted(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    host = await RawHost.start(through_warden([*RAWSERVER, "--pidfile", str(pids)]))
+    await host.initialize()
+    answer = await host.call(1, "crash")
+    assert answer["error"]["code"] == -32000  # type: ignore[index]
+    assert "exited with status 3" in answer["error"]["message"]  # type: ignore[index]
+    again = await host.call(2, "echo", {"text": "back"})
+    assert again["result"]["content"][0]["text"] == "back"  # type: ignore[index]
+    assert len(pids.read_text().split()) == 2
+    await host.close()
+
+
+async def test_PX19_host_cancellation_reaches_the_server(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    host = await RawHost.start(through_warden([*RAWSERVER, "--log", str(log)]))
+    await host.initialize()
+    await host.request(1, "tools/call", {"name": "slow", "arguments": {"seconds": 2}})
+    await trio.sleep(0.3)
+    await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}})
+    assert (await host.call(2, "echo", {"text": "x"}))["result"]
+    await trio.sleep(2)
+    await host.close()
+    assert not any(m.get("id") == 1 for m in host.seen)  # a cancelled request gets no response
+    assert any(m.get("method") == "notifications/cancelled" for m in received(log))
