@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import final
+from typing import Any, TypeVar, final
 
+import trio
+
+from warden.errors import WardenError
 from warden.paths import ensure_private_dir, resolve_config_path, resolve_state_dir
+
+T = TypeVar("T")
 
 
 @final
@@ -29,3 +34,22 @@ class CommandContext:
     def private_state_dir(self) -> Path:
         """The state dir, created 0700 if missing; raises ``StateError`` if it is not private."""
         return ensure_private_dir(self.state_dir)
+
+
+def run_trio(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``trio.run`` for commands: an exception group whose every leaf is a :class:`WardenError` is reduced to the
+    first of them, so the CLI prints the message and hint rather than a traceback of nurseries."""
+    try:
+        return trio.run(fn, *args)
+    except BaseExceptionGroup as group:
+        leaves = list(_leaves(group))
+        if leaves and all(isinstance(leaf, WardenError) for leaf in leaves):
+            raise leaves[0] from group
+        raise
+
+
+def _leaves(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    out: list[BaseException] = []
+    for exc in group.exceptions:
+        out.extend(_leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc])
+    return out

@@ -20,7 +20,7 @@ from pathlib import PurePath
 import trio
 
 from warden import __version__, logs
-from warden.cli._common import CommandContext
+from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError
 from warden.gateway.session import HostSession
 from warden.launcher import Launcher, LaunchSpec, UnsafeUnsandboxedLauncher
@@ -89,7 +89,7 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     spec = LaunchSpec(argv=tuple(argv), env=_server_env(ctx), cwd=os.getcwd())
     launcher: Launcher = UnsafeUnsandboxedLauncher()
     try:
-        return trio.run(_serve_stdio, name, spec, launcher, options)
+        return run_trio(_serve_stdio, name, spec, launcher, options)
     finally:
         logs.shutdown()
 
