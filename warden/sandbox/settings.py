@@ -1,31 +1,54 @@
 """Per-server sandbox settings, as written in the ``[servers.NAME.sandbox]`` table of a config or policy file.
 
 This model is owned by the sandbox code and embedded as-is by the policy model, so the two never disagree on what
-a sandbox setting means. Unknown keys are errors.
+a sandbox setting means. Unknown keys are errors. The defaults are the strongest isolation warden offers: bwrap,
+no network, nothing of the host writable, only the runtime the server needs readable.
 """
 
 from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def _absolute_paths(value: tuple[str, ...]) -> tuple[str, ...]:
+    for item in value:
+        if not item.startswith("/"):
+            raise ValueError(f"{item!r} is not an absolute path")
+        if "\0" in item or "\n" in item:
+            raise ValueError(f"{item!r} contains a NUL or newline")
+    return value
 
 
 class Limits(BaseModel):
-    """Resource limits applied inside the sandbox (rlimits through an exec shim; container flags for engines)."""
+    """Resource limits applied inside the sandbox (rlimits through an exec shim; container flags for engines).
+
+    rlimits are per process (CPU, file size) or per uid (processes), so they bound a runaway server, not a
+    determined one that forks; cgroups would be the stronger tool and are not available on every host.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    cpu_seconds: int = Field(default=3600, ge=1, description="RLIMIT_CPU")
+    cpu_seconds: int = Field(default=3600, ge=1, description="RLIMIT_CPU (SIGXCPU at the limit, SIGKILL after)")
     open_files: int = Field(default=1024, ge=16, description="RLIMIT_NOFILE")
-    file_size_mb: int = Field(default=1024, ge=1, description="RLIMIT_FSIZE")
-    processes: int = Field(default=256, ge=8, description="RLIMIT_NPROC (needs an unprivileged uid to bite)")
+    file_size_mb: int = Field(default=1024, ge=1, description="RLIMIT_FSIZE (SIGXFSZ beyond it)")
+    processes: int = Field(default=256, ge=8,
+                           description="RLIMIT_NPROC, counted per uid: per sandbox with warden's uid slots or "
+                                       "bwrap's user namespace")
     memory_mb: int = Field(default=4096, ge=64, description="container --memory; RLIMIT_DATA for bwrap")
     tmp_size_mb: int = Field(default=256, ge=1, description="size of the private /tmp and $HOME tmpfs")
 
 
 class SandboxSettings(BaseModel):
-    """How one server is isolated. The default is the strongest: bwrap, no network, nothing writable."""
+    """How one server is isolated. The default is the strongest: bwrap, no network, nothing writable.
+
+    ``read_dirs`` / ``write_dirs`` are host paths bound at the same path inside (read-only / read-write);
+    ``workdir`` is where the server starts (default: the launch spec's cwd, else the first write dir, else the
+    sandbox home). ``landlock = "require"`` refuses to start where the kernel lacks Landlock; ``"off"`` (default)
+    relies on the mount namespace alone. ``engine_path`` pins the container engine binary (default: found on
+    PATH); ``image`` (``name@sha256:...``) or ``rootfs`` (a directory) says what the container runs.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -36,6 +59,27 @@ class SandboxSettings(BaseModel):
     workdir: str | None = None
     network: Literal["none"] = "none"
     limits: Limits = Limits()
+    landlock: Literal["off", "require"] = "off"
     engine: Literal["podman", "docker"] = "podman"
+    engine_path: str | None = None
     image: str | None = None
     rootfs: str | None = None
+
+    @field_validator("read_dirs", "write_dirs")
+    @classmethod
+    def _check_dirs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return _absolute_paths(value)
+
+    @field_validator("workdir", "engine_path", "rootfs")
+    @classmethod
+    def _check_optional_path(cls, value: str | None) -> str | None:
+        if value is not None:
+            _absolute_paths((value,))
+        return value
+
+    @field_validator("image")
+    @classmethod
+    def _check_image(cls, value: str | None) -> str | None:
+        if value is not None and "@sha256:" not in value:
+            raise ValueError("a container image must be pinned by digest (name@sha256:...)")
+        return value

@@ -1,0 +1,363 @@
+"""The bubblewrap launcher: the default for every stdio upstream.
+
+One launch: find and vet bwrap, detect the runtime, plan the sandbox (:mod:`._plan`), compile the seccomp filter,
+then start bwrap with everything passed through file descriptors: ``--args FD`` (so no mount, path or
+environment value appears in any command line, DESIGN invariant 10), ``--seccomp FD``, ``--ro-bind-data FD``
+for the synthesized ``/etc`` files and ``--json-status-fd FD``, from which warden learns the pid of the
+sandbox's init. Killing that init tears the whole PID namespace down, which is how :meth:`BwrapChild.kill`
+leaves no survivors.
+
+When warden runs as root, bwrap runs without a user namespace and ``setpriv`` inside switches the server to a
+dedicated uid from :mod:`._uids` with no capabilities (E1, E2, B.9). As a normal user, bwrap's own user
+namespace does it. Either way ``prlimit`` sets the rlimits inside, right before the server starts (an exec shim:
+``preexec_fn`` is unsafe with threads, and applying them to bwrap itself would limit its setup).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import resource
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, final
+
+import trio
+
+from warden.errors import LaunchError, SandboxUnavailable
+from warden.launcher import LaunchSpec
+from warden.sandbox import _host
+from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
+from warden.sandbox._data import data_dir
+from warden.sandbox._plan import PRLIMIT, SETPRIV, SandboxPlan, bwrap_args, make_plan
+from warden.sandbox._process import PrefixedReceiveStream, SpawnedProcess, last_line, spawn, wait_ready
+from warden.sandbox._profiles import Profiles, load_profiles
+from warden.sandbox._runtime import detect_runtime
+from warden.sandbox._seccomp import RuleList, compile_filter, load_rules
+from warden.sandbox._uids import UidSlot
+from warden.sandbox.settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT = 10.0  # seconds for bwrap to report its child (it does so right after clone)
+_MAX_STATUS_LINE = 4096
+_MAX_STDERR = 64 * 1024
+_RLIMITS = {"cpu": resource.RLIMIT_CPU, "nofile": resource.RLIMIT_NOFILE, "fsize": resource.RLIMIT_FSIZE,
+            "nproc": resource.RLIMIT_NPROC, "data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE}
+
+
+def parse_status_line(line: bytes) -> dict[str, Any] | None:
+    """Parse one ``--json-status-fd`` line (a JSON object); None for anything else."""
+    if len(line) > _MAX_STATUS_LINE:
+        return None
+    try:
+        value = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _memfd(name: str, content: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    view = memoryview(content)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _hard_caps() -> dict[str, int]:
+    caps = {}
+    for name, which in _RLIMITS.items():
+        hard = resource.getrlimit(which)[1]
+        caps[name] = -1 if hard == resource.RLIM_INFINITY else hard
+    return caps
+
+
+def _bwrap_failure_hint(message: str) -> str:
+    lowered = message.lower()
+    if "namespace" in lowered or "uid map" in lowered or "operation not permitted" in lowered:
+        return ("this system does not let bwrap create its namespaces (user.max_user_namespaces, "
+                "kernel.unprivileged_userns_clone, AppArmor's restrict_unprivileged_userns, or a container's "
+                "seccomp profile); run `warden doctor`")
+    return "run `warden doctor` to see which sandbox piece is missing"
+
+
+async def _await_ready(process: SpawnedProcess) -> tuple[bytes, bytes]:
+    ready, preamble, rest = await wait_ready(process.stderr, START_TIMEOUT)
+    if not ready:
+        message = last_line(preamble)
+        raise SandboxUnavailable(f"the sandbox could not be set up: {message or 'no message'}",
+                                 hint=_bwrap_failure_hint(message))
+    return preamble, rest
+
+
+@final
+class BwrapChild:
+    """A server running in a bwrap sandbox.
+
+    ``pid`` is bwrap's own pid; ``sandbox_pid`` is the sandbox's init (PID 1 inside), whose death ends every
+    process in the sandbox. ``wait()`` returns bwrap's status: the server's exit status, ``128 + N`` when the
+    server died from signal ``N`` (bwrap's convention, as in a shell), negative when bwrap itself was killed.
+    Always ``await wait()`` after :meth:`kill`: it reaps, and it gives back the sandbox's uid slot.
+    """
+
+    def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, sandbox_pid: int,
+                 sandbox_pidfd: int, status_fd: int, slot: UidSlot | None) -> None:
+        self._process = process
+        self._stderr = stderr
+        self.sandbox_pid = sandbox_pid
+        self._sandbox_pidfd: int | None = sandbox_pidfd
+        self._status_fd: int | None = status_fd
+        self._slot = slot
+
+    @property
+    def stdin(self) -> trio.abc.SendStream:
+        return self._process.stdin
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream:
+        return self._process.stdout
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream:
+        return self._stderr
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        try:
+            code = await self._process.wait()
+        finally:
+            if self._process.returncode is not None:
+                self._finish()
+        return code
+
+    def _finish(self) -> None:
+        # bwrap is gone; its init is killed by PDEATHSIG, but do not rely on it.
+        self._signal_sandbox(signal.SIGKILL)
+        if self._sandbox_pidfd is not None:
+            os.close(self._sandbox_pidfd)
+            self._sandbox_pidfd = None
+        if self._status_fd is not None:
+            trio.lowlevel.notify_closing(self._status_fd)
+            os.close(self._status_fd)
+            self._status_fd = None
+        if self._slot is not None:
+            self._slot.release()
+            self._slot = None
+
+    def _signal_sandbox(self, sig: signal.Signals) -> None:
+        if self._sandbox_pidfd is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._sandbox_pidfd, sig)
+
+    def terminate(self) -> None:
+        """SIGTERM the server (the init's children); the init itself ignores SIGTERM from outside its namespace."""
+        try:
+            with open(f"/proc/{self.sandbox_pid}/task/{self.sandbox_pid}/children", encoding="ascii") as handle:
+                children = [int(p) for p in handle.read().split()]
+        except (OSError, ValueError):
+            children = []
+        if not children or self._sandbox_pidfd is None:
+            self.kill()
+            return
+        for pid in children:
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                continue
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(fd)
+
+    def kill(self) -> None:
+        """SIGKILL the sandbox's init (the PID namespace dies with it) and bwrap; no process survives."""
+        self._signal_sandbox(signal.SIGKILL)
+        self._process.send_signal(signal.SIGKILL)
+
+
+@final
+class BwrapLauncher:
+    """Starts stdio servers inside bubblewrap. Fails closed: any missing piece raises, nothing weaker runs.
+
+    ``host_env`` is the environment used to find commands, ``npx``/``uvx`` installs and bwrap itself
+    (``PATH``, ``HOME``, ``WARDEN_BWRAP``); it defaults to warden's own and never reaches the server.
+    """
+
+    def __init__(self, settings: SandboxSettings, *, state_dir: Path, host_env: Mapping[str, str] | None = None,
+                 bwrap: BwrapBinary | None = None) -> None:
+        if settings.kind != "bwrap":
+            raise ValueError(f"BwrapLauncher cannot run kind={settings.kind!r}")
+        self._settings = settings
+        self._state_dir = state_dir
+        self._host_env = dict(os.environ if host_env is None else host_env)
+        self._bwrap = bwrap
+        self._profiles: Profiles | None = None
+        self._rules: RuleList | None = None
+
+    @property
+    def privileged(self) -> bool:
+        """True when warden is root, so the sandbox gets a dedicated uid instead of a user namespace."""
+        return os.geteuid() == 0
+
+    def _data(self) -> tuple[Profiles, RuleList]:
+        if self._profiles is None or self._rules is None:
+            directory = data_dir()
+            self._profiles = load_profiles(directory / "profiles")
+            self._rules = load_rules(directory / "seccomp.toml")
+        return self._profiles, self._rules
+
+    def _plan(self, spec: LaunchSpec, *, uid: int, gid: int) -> SandboxPlan:
+        profiles, rules = self._data()
+        cwd = spec.cwd or os.getcwd()
+        runtime = detect_runtime(spec.argv, setting=self._settings.profile, profiles=profiles,
+                                 host_env=self._host_env, cwd=cwd)
+        return make_plan(settings=self._settings, runtime=runtime, base=profiles.base, spec_env=spec.env,
+                         spec_cwd=spec.cwd, state_dir=str(self._state_dir), privileged=self.privileged,
+                         uid=uid, gid=gid, hard_caps=_hard_caps(),
+                         seccomp_digest=rules.digest(network=self._settings.network != "none"))
+
+    def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
+        """How ``spec`` would be sandboxed (deterministic: the per-launch uid is not part of it)."""
+        from warden.sandbox._uids import SANDBOX_GID, UID_BASE
+
+        uid, gid = (UID_BASE, SANDBOX_GID) if self.privileged else (os.getuid(), os.getgid())
+        return dict(self._plan(spec, uid=uid, gid=gid).manifest)
+
+    def bwrap(self) -> BwrapBinary:
+        """The vetted bwrap binary (found once per launcher)."""
+        if self._bwrap is None:
+            self._bwrap = locate_bwrap(self._host_env)
+            if not self._bwrap.has_symlink_fix:
+                log.info("bwrap %s (%s) predates 0.12.0 (CVE-2026-87766); mitigation: %s",
+                         self._bwrap.version_text, self._bwrap.source, MITIGATION)
+        return self._bwrap
+
+    def _preflight(self) -> None:
+        if not _host.executable(PRLIMIT) or (self.privileged and not _host.executable(SETPRIV)):
+            missing = PRLIMIT if not _host.executable(PRLIMIT) else SETPRIV
+            raise SandboxUnavailable(f"{missing} is missing; warden uses it inside the sandbox to set limits "
+                                     "and drop privileges", hint="install util-linux: apt-get install util-linux")
+        if not _host.seccomp_supported():
+            raise SandboxUnavailable("this kernel has no seccomp filter support; the sandbox's syscall filter "
+                                     "cannot be loaded", hint="run warden on a kernel with CONFIG_SECCOMP_FILTER")
+        if not self.privileged:
+            blocker = _host.userns_facts().blocker()
+            if blocker is not None:
+                raise SandboxUnavailable(
+                    f"bwrap cannot create a user namespace here ({blocker})",
+                    hint="allow unprivileged user namespaces (sysctl user.max_user_namespaces=15000), "
+                         "or run warden as root so it can use a dedicated uid")
+        if self._settings.landlock == "require":
+            raise SandboxUnavailable("policy requires the Landlock layer, which this warden does not apply yet",
+                                     hint='set landlock = "off" for this server')
+
+    async def launch(self, spec: LaunchSpec) -> BwrapChild:
+        """Start ``spec`` in a fresh sandbox.
+
+        Raises:
+            SandboxUnavailable: bwrap, a kernel feature, libseccomp or util-linux is missing or refused.
+            LaunchError: the command or a policy path is wrong, or the policy asks for something unsafe.
+        """
+        self._preflight()
+        bwrap = self.bwrap()
+        _, rules = self._data()
+        program = compile_filter(rules, network=self._settings.network != "none")
+        slot = UidSlot.acquire(self._state_dir) if self.privileged else None
+        fds: list[int] = []
+        try:
+            uid, gid = (slot.uid, slot.gid) if slot is not None else (os.getuid(), os.getgid())
+            plan = self._plan(spec, uid=uid, gid=gid)
+            seccomp_fd = _memfd("warden-seccomp", program)
+            fds.append(seccomp_fd)
+            data_fds: dict[str, int] = {}
+            for name, content in plan.data.items():
+                data_fds[name] = _memfd("warden-etc", content)
+                fds.append(data_fds[name])
+            status_r, status_w = os.pipe2(os.O_CLOEXEC)
+            fds += [status_r, status_w]
+            args = bwrap_args(plan, data_fds=data_fds, seccomp_fd=seccomp_fd, status_fd=status_w)
+            args_fd = _memfd("warden-bwrap-args", b"".join(a.encode() + b"\0" for a in args))
+            fds.append(args_fd)
+            process = spawn([bwrap.path, "--args", str(args_fd), "--", *plan.argv], env={},
+                            pass_fds=[args_fd, seccomp_fd, status_w, *data_fds.values()],
+                            umask=0o002 if plan.privileged else -1)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            if slot is not None:
+                slot.release()
+            raise
+        for fd in fds:
+            if fd != status_r:
+                os.close(fd)
+        try:
+            sandbox_pid = await self._read_child_pid(process, status_r)
+            sandbox_pidfd = os.pidfd_open(sandbox_pid)
+            try:
+                preamble, rest = await _await_ready(process)
+            except BaseException:
+                os.close(sandbox_pidfd)
+                raise
+        except BaseException:
+            process.send_signal(signal.SIGKILL)
+            with trio.CancelScope(shield=True):
+                await process.wait()
+            for stream in (process.stdin, process.stdout, process.stderr):
+                stream.close()
+            trio.lowlevel.notify_closing(status_r)
+            os.close(status_r)
+            if slot is not None:
+                slot.release()
+            raise
+        if preamble.strip():
+            log.info("sandbox setup said: %s", preamble.decode("utf-8", "replace").strip())
+        return BwrapChild(process, PrefixedReceiveStream(rest, process.stderr), sandbox_pid=sandbox_pid,
+                          sandbox_pidfd=sandbox_pidfd, status_fd=status_r, slot=slot)
+
+    async def _read_child_pid(self, process: SpawnedProcess, status_fd: int) -> int:
+        """Wait for bwrap's ``child-pid`` status line; if bwrap exits instead, raise with its own message."""
+        buffer = b""
+        with trio.move_on_after(START_TIMEOUT) as scope:
+            while b"\n" not in buffer and len(buffer) <= _MAX_STATUS_LINE:
+                await trio.lowlevel.wait_readable(status_fd)
+                chunk = os.read(status_fd, _MAX_STATUS_LINE)
+                if not chunk:
+                    break
+                buffer += chunk
+        if scope.cancelled_caught:
+            raise LaunchError(f"bwrap did not start the sandbox within {START_TIMEOUT:.0f} s",
+                              hint="run `warden doctor`; the system may be overloaded")
+        status = parse_status_line(buffer.split(b"\n", 1)[0]) if b"\n" in buffer else None
+        pid = status.get("child-pid") if status else None
+        if isinstance(pid, int) and not isinstance(pid, bool) and pid > 1:
+            return pid
+        message = await self._collect_stderr(process)
+        raise SandboxUnavailable(f"bwrap could not create the sandbox: {message or 'no message'}",
+                                 hint=_bwrap_failure_hint(message))
+
+    @staticmethod
+    async def _collect_stderr(process: SpawnedProcess) -> str:
+        data = b""
+        with trio.move_on_after(5):
+            while len(data) < _MAX_STDERR:
+                chunk = await process.stderr.receive_some(_MAX_STDERR)
+                if not chunk:
+                    break
+                data += chunk
+        return last_line(data)

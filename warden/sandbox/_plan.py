@@ -1,0 +1,338 @@
+"""The sandbox plan: every mount, variable and shim of one bwrap sandbox, decided before anything runs.
+
+:func:`make_plan` turns the settings, the detected runtime and a few host facts into a :class:`SandboxPlan`, and
+refuses (``LaunchError``) whatever would weaken the sandbox: binding ``/``, ``/proc`` or warden's state
+directory, a read-only path inside a writable one, a mount point that would have to be created on the host.
+:func:`bwrap_args` renders a plan as bwrap's argument list. Both are pure apart from ``stat``/``realpath`` on
+the paths the policy names, so the rules can be tested without starting anything.
+
+The rule that shapes the mount order (CVE-2026-87766 class, ``sandbox-and-audit.md`` B.2): bwrap creates mount
+points while it sets up, as root in privileged mode, and an older bwrap follows symlinks it finds on the way. A
+sandbox can leave symlinks behind only in a host directory it could write. So no mount destination ever lies
+inside a host directory the sandbox can write, and write directories do not nest; the scratch tmpfs mounts are
+fresh for every run and hold nothing the sandbox left.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from warden.errors import LaunchError
+from warden.sandbox._process import READY_SHIM
+from warden.sandbox._profiles import BaseProfile
+from warden.sandbox._runtime import Runtime
+from warden.sandbox.settings import Limits, SandboxSettings
+
+MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "proc", "dev"]
+HOSTNAME = "mcp-sandbox"
+PRLIMIT = "/usr/bin/prlimit"
+SETPRIV = "/usr/bin/setpriv"
+_FORBIDDEN_BIND_ROOTS = ("/proc", "/dev", "/sys")
+_FORBIDDEN_WRITE = ("/", "/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var",
+                    "/root", "/home", "/run")
+_SANDBOX_OWNED_ENV = ("PATH", "HOME", "TMPDIR")
+_MB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    """One bwrap setup step: ``op`` at ``dest``; ``src`` is the host path, link target or data name."""
+
+    op: MountOp
+    dest: str
+    src: str = ""
+    perms: int | None = None
+    size: int | None = None
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxPlan:
+    """Everything bwrap needs to build one sandbox, plus the argv run inside it."""
+
+    privileged: bool
+    uid: int
+    gid: int
+    mounts: tuple[Mount, ...]
+    env: tuple[tuple[str, str], ...]
+    argv: tuple[str, ...]
+    chdir: str
+    data: Mapping[str, bytes] = field(default_factory=dict)
+    manifest: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _strictly_under(path: str, root: str) -> bool:
+    return path != root and _under(path, root)
+
+
+def _sort_key(path: str) -> tuple[str, ...]:
+    return PurePosixPath(path).parts
+
+
+def synthesized_files(*, uid: int, gid: int, home: str) -> dict[str, bytes]:
+    """Contents of the synthesized ``/etc`` files (see ``base.toml`` for why each exists)."""
+    return {
+        "/etc/passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                        f"mcp:x:{uid}:{gid}:warden sandbox:{home}:/usr/sbin/nologin\n"
+                        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n").encode(),
+        "/etc/group": f"root:x:0:\nmcp:x:{gid}:\nnogroup:x:65534:\n".encode(),
+        "/etc/hosts": f"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{HOSTNAME}\n"
+                      .encode(),
+        "/etc/nsswitch.conf": b"passwd: files\ngroup: files\nshadow: files\nhosts: files\nnetworks: files\n"
+                              b"protocols: files\nservices: files\n",
+        "/etc/hostname": f"{HOSTNAME}\n".encode(),
+    }
+
+
+def _canonical_dir(path: str, what: str) -> str:
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        raise LaunchError(f"{what} {path} does not exist", hint="create it, or remove it from the server's policy")
+    return real
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    for name, value in env.items():
+        if not name or "=" in name or "\0" in name or "\0" in value:
+            raise LaunchError(f"environment variable {name!r} cannot be passed (NUL or '=' in it)",
+                              hint="fix the server's env entry in the policy")
+
+
+def prlimit_args(limits: Limits, hard_caps: Mapping[str, int]) -> list[str]:
+    """``prlimit`` options for ``limits``, each soft=hard, never above warden's own hard limit (``hard_caps``).
+
+    CPU gets hard = soft + 1 so the server first receives SIGXCPU (a clear signal) and SIGKILL a second later.
+    """
+    wanted = {
+        "cpu": (limits.cpu_seconds, limits.cpu_seconds + 1),
+        "nofile": (limits.open_files, limits.open_files),
+        "fsize": (limits.file_size_mb * _MB, limits.file_size_mb * _MB),
+        "nproc": (limits.processes, limits.processes),
+        "data": (limits.memory_mb * _MB, limits.memory_mb * _MB),
+        "core": (0, 0),
+    }
+    out = []
+    for name, (soft, hard) in wanted.items():
+        cap = hard_caps.get(name)
+        if cap is not None and cap >= 0:
+            hard = min(hard, cap)
+            soft = min(soft, hard)
+        out.append(f"--{name}={soft}:{hard}")
+    return out
+
+
+def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile, spec_env: Mapping[str, str],
+              spec_cwd: str | None, state_dir: str, privileged: bool, uid: int, gid: int,
+              hard_caps: Mapping[str, int], seccomp_digest: str, host_lexists: Any = os.path.lexists,
+              host_islink: Any = os.path.islink, host_readlink: Any = os.readlink) -> SandboxPlan:
+    """Decide the sandbox for one launch (see the module docstring).
+
+    ``privileged`` is True when warden runs as root: bwrap then runs without a user namespace and the server is
+    switched to the dedicated ``uid``/``gid`` by ``setpriv`` inside (E1, E2, B.9). Otherwise bwrap's user
+    namespace maps the caller's own ``uid``/``gid``.
+
+    Raises:
+        LaunchError: the policy asks for something that cannot be isolated safely; the message says what.
+    """
+    _check_env(spec_env)
+    state_real = os.path.realpath(state_dir)
+    scratch = base.scratch
+    tmp_bytes = settings.limits.tmp_size_mb * _MB
+
+    read_dirs = [_canonical_dir(p, "read_dirs entry") for p in settings.read_dirs]
+    write_dirs = [_canonical_dir(p, "write_dirs entry") for p in settings.write_dirs]
+    for path in (*read_dirs, *write_dirs, *(b.source for b in runtime.binds)):
+        if path == "/" or any(_under(path, root) for root in _FORBIDDEN_BIND_ROOTS):
+            raise LaunchError(f"{path} cannot be bound into a sandbox (it gets its own /, /proc, /dev and no /sys)",
+                              hint="name a narrower directory in read_dirs / write_dirs")
+        if _under(path, state_real) or _under(state_real, path):
+            raise LaunchError(f"{path} would expose warden's state directory {state_real} to the server",
+                              hint="keep the state directory out of read_dirs / write_dirs (or move it)")
+    for path in write_dirs:
+        if path in _FORBIDDEN_WRITE or any(_under(path, root) for root in ("/usr", "/etc", "/boot", "/proc")):
+            raise LaunchError(f"{path} cannot be made writable for a server",
+                              hint="grant a project or workspace directory instead")
+    for path in (*read_dirs, *write_dirs):
+        if _under(scratch.tmp, path) or _under(scratch.home, path):
+            raise LaunchError(f"{path} would replace the sandbox's private scratch space ({scratch.tmp}, "
+                              f"{scratch.home})", hint=f"grant a subdirectory, e.g. {path.rstrip('/')}/work")
+    for index, outer in enumerate(write_dirs):
+        for inner in write_dirs[index + 1:]:
+            if _under(inner, outer) or _under(outer, inner):
+                raise LaunchError(f"write_dirs {outer} and {inner} are nested",
+                                  hint="grant only the outer directory")
+    for path in read_dirs:
+        for writable in write_dirs:
+            if _under(path, writable):
+                raise LaunchError(
+                    f"read_dirs entry {path} lies inside the writable {writable}: a sandbox could swap it for a "
+                    "symlink between runs, so warden does not mount read-only paths inside writable ones",
+                    hint="drop it from read_dirs, or grant a narrower write directory")
+
+    mounts: list[Mount] = []
+    binds: list[tuple[str, str]] = []  # (dest, op) of every bind, for coverage checks
+
+    def add_bind(op: MountOp, source: str, dest: str, why: str) -> None:
+        for other_dest, other_op in binds:
+            if _under(dest, other_dest) and (other_op == "bind" or op == "ro-bind"):
+                return  # already visible, with at least this access
+        mounts.append(Mount(op, dest, source, why=why))
+        binds.append((dest, op))
+
+    mounts.append(Mount("proc", "/proc", why="a fresh procfs for the sandbox's own PID namespace"))
+    mounts.append(Mount("dev", "/dev", why="null, zero, full, random, urandom, tty only"))
+    mounts.append(Mount("tmpfs", "/dev/shm", perms=0o1777, size=tmp_bytes,  # noqa: S108 - inside the sandbox
+                        why="POSIX shared memory, bounded"))
+    for entry in base.system:
+        if not host_lexists(entry.path):
+            continue
+        if host_islink(entry.path):
+            mounts.append(Mount("symlink", entry.path, host_readlink(entry.path), why=entry.why))
+        else:
+            add_bind("ro-bind", os.path.realpath(entry.path), entry.path, entry.why)
+    for entry in base.etc:
+        if host_lexists(entry.path) and os.path.exists(entry.path):
+            add_bind("ro-bind", os.path.realpath(entry.path), entry.path, entry.why)
+    data = synthesized_files(uid=uid, gid=gid, home=scratch.home)
+    for entry in base.synthesized:
+        mounts.append(Mount("data", entry.path, entry.path, perms=0o444, why=entry.why))
+    mounts.append(Mount("tmpfs", scratch.tmp, perms=0o1777, size=tmp_bytes, why=scratch.why))
+    mounts.append(Mount("tmpfs", scratch.home, perms=0o1777 if privileged else 0o700, size=tmp_bytes,
+                        why=scratch.why))
+    for bind in runtime.binds:
+        if any(_under(bind.path, w) for w in write_dirs):
+            continue  # visible (and writable) through the write dir the policy granted
+        add_bind("ro-bind", bind.source, bind.path, bind.why)
+    for path in read_dirs:
+        add_bind("ro-bind", path, path, "granted read-only by policy (read_dirs)")
+    for path in write_dirs:
+        mounts.append(Mount("bind", path, path, why="granted read-write by policy (write_dirs)"))
+        binds.append((path, "bind"))
+
+    # Order: parents before children, so later mounts land inside earlier ones, never the other way round.
+    mounts.sort(key=lambda m: _sort_key(m.dest))
+    ordered: list[Mount] = []
+    created: set[str] = {"/"}
+    mounted: list[Mount] = []
+    for mount in mounts:
+        for container in mounted:
+            if _strictly_under(mount.dest, container.dest):
+                if container.op == "bind":
+                    raise LaunchError(
+                        f"{mount.dest} would be mounted inside the writable {container.dest} "
+                        "(CVE-2026-87766 class: the sandbox could plant symlinks there)",
+                        hint="grant a write directory that does not contain system or runtime paths")
+                if container.op == "ro-bind" and not host_lexists(mount.dest):
+                    raise LaunchError(
+                        f"{mount.dest} does not exist inside the read-only {container.dest}, so it cannot be "
+                        "mounted there", hint=f"create {mount.dest} on the host, or narrow the read_dirs entry")
+        parts = PurePosixPath(mount.dest).parts
+        for depth in range(2, len(parts)):
+            ancestor = str(PurePosixPath(*parts[:depth]))
+            if ancestor in created or any(_under(ancestor, m.dest) for m in mounted):
+                continue
+            ordered.append(Mount("dir", ancestor, perms=0o755, why="mount point parent, traversable by the sandbox"))
+            created.add(ancestor)
+        ordered.append(mount)
+        created.add(mount.dest)
+        if mount.op in ("ro-bind", "bind", "tmpfs", "proc", "dev"):
+            mounted.append(mount)
+
+    def visible(path: str) -> bool:
+        return any(_under(path, m.dest) for m in mounted if m.op in ("ro-bind", "bind", "tmpfs"))
+
+    workdir = write_dirs[0] if write_dirs else scratch.home
+    requested = settings.workdir or spec_cwd
+    if requested is not None:
+        real = os.path.realpath(requested)
+        if visible(real):
+            workdir = real
+        elif settings.workdir is not None:
+            raise LaunchError(f"workdir {settings.workdir} is not visible inside the sandbox",
+                              hint="add it (or a parent) to read_dirs or write_dirs")
+
+    env: dict[str, str] = {}
+    env.update(base.env)
+    env["PATH"] = ":".join([*runtime.path_dirs, base.env["PATH"]])
+    env["HOME"] = scratch.home
+    env["TMPDIR"] = scratch.tmp
+    env.update(runtime.env)
+    for name, value in spec_env.items():
+        if name not in _SANDBOX_OWNED_ENV:
+            env[name] = value
+
+    shims = [PRLIMIT, *prlimit_args(settings.limits, hard_caps), "--"]
+    if privileged:
+        shims += [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
+                  "--bounding-set=-all", "--"]
+    argv = (*shims, *READY_SHIM, *runtime.argv)
+
+    manifest: dict[str, Any] = {
+        "kind": "bwrap",
+        "profile": runtime.profile,
+        "argv": list(runtime.argv),
+        "env_names": sorted(env),
+        "mounts": [[m.op, m.dest, m.src if m.op in ("ro-bind", "bind", "symlink") else ""]
+                   for m in ordered if m.op != "dir"],
+        "workdir": workdir,
+        "network": settings.network,
+        "limits": settings.limits.model_dump(),
+        "seccomp_sha256": seccomp_digest,
+        "user": "dedicated-uid" if privileged else "user-namespace",
+        "landlock": settings.landlock,
+    }
+    return SandboxPlan(privileged=privileged, uid=uid, gid=gid, mounts=tuple(ordered),
+                       env=tuple(sorted(env.items())), argv=argv, chdir=workdir, data=data, manifest=manifest)
+
+
+def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: int, status_fd: int,
+               extra: Sequence[str] = ()) -> list[str]:
+    """Render ``plan``'s options for ``--args FD`` (nothing here reaches a command line).
+
+    bwrap takes the command itself only from its real argv, so the caller appends ``--`` and ``plan.argv``
+    there: the server's own arguments, which are visible in its ``/proc/PID/cmdline`` anyway.
+    """
+    args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--hostname", HOSTNAME, "--new-session", "--die-with-parent", "--cap-drop", "ALL"]
+    if plan.privileged:
+        # Root parent: no user namespace (uid 0 inside would be host root, E2); setpriv inside drops to the
+        # dedicated uid and needs exactly these three capabilities to do it (B.9).
+        args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+    else:
+        args += ["--unshare-user", "--disable-userns"]
+    for mount in plan.mounts:
+        if mount.perms is not None:
+            args += ["--perms", f"{mount.perms:04o}"]
+        if mount.size is not None:
+            args += ["--size", str(mount.size)]
+        if mount.op == "ro-bind":
+            args += ["--ro-bind", mount.src, mount.dest]
+        elif mount.op == "bind":
+            args += ["--bind", mount.src, mount.dest]
+        elif mount.op == "tmpfs":
+            args += ["--tmpfs", mount.dest]
+        elif mount.op == "dir":
+            args += ["--dir", mount.dest]
+        elif mount.op == "symlink":
+            args += ["--symlink", mount.src, mount.dest]
+        elif mount.op == "data":
+            args += ["--ro-bind-data", str(data_fds[mount.src]), mount.dest]
+        elif mount.op == "proc":
+            args += ["--proc", mount.dest]
+        elif mount.op == "dev":
+            args += ["--dev", mount.dest]
+    # The root tmpfs and /dev are writable by the sandbox user otherwise: unbounded memory, and a place to hide.
+    args += ["--remount-ro", "/dev", "--remount-ro", "/"]
+    args += ["--clearenv"]
+    for name, value in plan.env:
+        args += ["--setenv", name, value]
+    args += ["--chdir", plan.chdir, "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), *extra]
+    return args

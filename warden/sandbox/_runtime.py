@@ -1,0 +1,430 @@
+"""Which host paths a server's runtime needs: the finders behind the node / python / binary profiles.
+
+Given a launch spec, this module resolves the command on the host (``npx`` and ``uvx`` are resolved to the
+installed package they would run, because the sandbox has no network to download one), reads its ``#!`` line,
+picks a profile and runs that profile's finders. The result is a :class:`Runtime`: the argv to exec inside the
+sandbox and the read-only binds, each with the profile's reason.
+
+What is never bound automatically: a directory named in the server's arguments (a workspace, a repository).
+Those are the policy's call (``read_dirs`` / ``write_dirs``); guessing them would hand a server whatever path a
+host configuration happens to mention.
+
+The parsers (:func:`parse_shebang`, :func:`parse_pyvenv_home`, :func:`split_package_spec`) are pure and
+property-tested; the finders read the filesystem (``stat``, ``readlink``, small reads) and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import json
+import os
+import shutil
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from warden.errors import LaunchError
+from warden.sandbox._profiles import Finder, Profiles, RuntimeProfile
+
+# Paths the base profile already exposes (read-only); a runtime file under them needs no bind of its own.
+SYSTEM_ROOTS = ("/usr",)
+_MAX_HEAD = 512
+_MAX_SMALL_FILE = 256 * 1024
+# Interpreter options after which the next argument is not a script (it is code or a module name) ...
+_NO_SCRIPT_AFTER = frozenset({"-m", "-c", "-e", "--eval", "-p", "--print"})
+# ... and options that consume the next argument.
+_TAKES_VALUE = frozenset({"-W", "-X", "-r", "--require", "--import", "--loader", "--experimental-loader"})
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeBind:
+    """A host path the runtime needs, bound read-only: ``source`` (symlinks resolved) shown at ``path``."""
+
+    path: str
+    source: str
+    finder: Finder
+    why: str
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What to exec inside the sandbox and what of the host it needs to run."""
+
+    profile: str
+    argv: tuple[str, ...]
+    binds: tuple[RuntimeBind, ...]
+    path_dirs: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+def parse_shebang(head: bytes) -> tuple[str, str | None] | None:
+    """Parse the ``#!`` line at the start of ``head``: (interpreter, optional single argument) or None.
+
+    Linux passes everything after the interpreter as one argument, trimmed; so does this. A line that is not
+    valid UTF-8, has no absolute interpreter path, or does not end within ``head`` is not a usable shebang.
+    """
+    if not head.startswith(b"#!"):
+        return None
+    end = head.find(b"\n")
+    if end < 0:
+        return None
+    try:
+        line = head[2:end].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    line = line.strip(" \t\r")
+    if "\0" in line:
+        return None
+    parts = line.split(None, 1)
+    if not parts or not parts[0].startswith("/"):
+        return None
+    arg = parts[1].strip(" \t\r") if len(parts) > 1 else None
+    return parts[0], (arg or None)
+
+
+def parse_pyvenv_home(text: str) -> str | None:
+    """Return the ``home`` value of a ``pyvenv.cfg`` (the base interpreter's bin directory), if absolute."""
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() == "home":
+            value = value.strip()
+            return value if value.startswith("/") and "\0" not in value else None
+    return None
+
+
+def split_package_spec(spec: str) -> tuple[str, str | None]:
+    """Split an npm/PyPI package spec into (name, version or None): ``@scope/pkg@1.2``, ``pkg==1.0``, ``pkg``."""
+    for sep in ("==", "@"):
+        at = spec.find(sep, 1)  # position 0 is the scope's '@'
+        if at > 0:
+            version = spec[at + len(sep):]
+            return spec[:at], (version or None)
+    return spec, None
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def _read_small(path: Path, limit: int = _MAX_SMALL_FILE) -> bytes | None:
+    try:
+        with path.open("rb") as handle:
+            return handle.read(limit)
+    except OSError:
+        return None
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
+def resolve_command(command: str, *, search_path: str, cwd: str) -> str:
+    """Return the absolute path of ``command`` (not symlink-resolved), searching ``search_path`` for bare names.
+
+    Raises:
+        LaunchError: nothing executable by that name exists.
+    """
+    if "/" in command:
+        candidate = os.path.normpath(os.path.join(cwd, command))
+        if os.access(candidate, os.X_OK) and _is_file(Path(candidate)):
+            return candidate
+        raise LaunchError(f"the server command {command!r} does not exist or is not executable",
+                          hint="check the command in the server's configuration")
+    found = shutil.which(command, path=search_path)
+    if found is None:
+        raise LaunchError(f"the server command {command!r} is not on PATH ({search_path})",
+                          hint="give the full path of the command, or install it")
+    return os.path.normpath(os.path.join(cwd, found))
+
+
+def _script_argument(args: Sequence[str]) -> int | None:
+    """Index in ``args`` (the interpreter's arguments) of the script path, if there is one."""
+    skip = False
+    for index, arg in enumerate(args):
+        if skip:
+            skip = False
+            continue
+        if arg in _NO_SCRIPT_AFTER or arg == "--":
+            return index + 1 if arg == "--" and index + 1 < len(args) else None
+        if arg in _TAKES_VALUE:
+            skip = True
+            continue
+        if arg.startswith("-"):
+            continue
+        return index
+    return None
+
+
+def _hops(path: str) -> Iterator[str]:
+    """``path`` and every path its symlink chain passes through (absolute), ending at the real file."""
+    seen: set[str] = set()
+    current = path
+    while current not in seen and len(seen) < 40:
+        seen.add(current)
+        yield current
+        try:
+            target = os.readlink(current)
+        except OSError:
+            return
+        current = os.path.normpath(os.path.join(os.path.dirname(current), target))
+    real = os.path.realpath(path)
+    if real not in seen:
+        yield real
+
+
+def _outermost_named(path: str, name: str) -> str | None:
+    parts = Path(path).parts
+    for index, part in enumerate(parts):
+        if part == name:
+            return str(Path(*parts[: index + 1]))
+    return None
+
+
+def _venv_of(path: str) -> str | None:
+    parent = Path(path).parent
+    if parent.name == "bin" and _is_file(parent.parent / "pyvenv.cfg"):
+        return str(parent.parent)
+    return None
+
+
+def _prefix_of(real_interpreter: str) -> str | None:
+    """The install prefix of an interpreter binary (``<prefix>/bin/<name>`` with a ``<prefix>/lib``)."""
+    parent = Path(real_interpreter).parent
+    if parent.name != "bin":
+        return None
+    prefix = parent.parent
+    return str(prefix) if (prefix / "lib").is_dir() and str(prefix) != "/" else None
+
+
+def _pick_profile(setting: str, profiles: Profiles, names: Sequence[str], exe: str) -> RuntimeProfile:
+    if setting != "auto":
+        return profiles.runtimes[setting]
+    for profile in profiles.runtimes.values():
+        for name in names:
+            if any(fnmatch.fnmatchcase(name, pattern) for pattern in profile.interpreters):
+                return profile
+    if _venv_of(exe) is not None:
+        return profiles.runtimes["python"]
+    return profiles.runtimes["binary"]
+
+
+class _Binds:
+    """Accumulates binds, skipping paths already visible (system roots or an earlier bind)."""
+
+    def __init__(self, profile: RuntimeProfile) -> None:
+        self._profile = profile
+        self.items: list[RuntimeBind] = []
+
+    def covered(self, path: str) -> bool:
+        return any(_under(path, root) for root in SYSTEM_ROOTS) or any(_under(path, b.path) for b in self.items)
+
+    def add(self, finder: Finder, path: str | None) -> None:
+        why = self._profile.why_for(finder)
+        if path is None or why is None:
+            return
+        dest = os.path.normpath(path)
+        if self.covered(dest):
+            return
+        # Keep the outermost: a bind that contains earlier ones replaces them.
+        self.items = [b for b in self.items if not _under(b.path, dest)]
+        self.items.append(RuntimeBind(path=dest, source=os.path.realpath(dest), finder=finder, why=why))
+
+
+def _resolve_npx(args: Sequence[str], *, cwd: str, host_env: Mapping[str, str]) -> list[str]:
+    """Turn ``npx [-y] [--package P] name[@ver] args...`` into ``[bin script, args...]`` of the installed package.
+
+    Looked up, in order: ``node_modules`` of ``cwd`` and its parents, then the npx cache
+    (``$npm_config_cache`` or ``~/.npm``, ``_npx/*/node_modules``). The sandbox has no network, so a package
+    that is not installed yet cannot be fetched: warden says how to install it instead.
+    """
+    package: str | None = None
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg in ("-p", "--package"):
+            package = args[index + 1] if index + 1 < len(args) else None
+            index += 2
+            continue
+        if arg.startswith("--package="):
+            package = arg.split("=", 1)[1]
+        elif arg == "--":
+            rest = list(args[index + 1:])
+            break
+        elif not arg.startswith("-"):
+            rest = list(args[index:])
+            break
+        index += 1
+    if not rest:
+        raise LaunchError("npx was given no package to run", hint="write the server as `npx -y PACKAGE [ARGS]`")
+    command, *command_args = rest
+    name, version = split_package_spec(package or command)
+    bin_name = split_package_spec(command)[0].rsplit("/", 1)[-1] if package else name.rsplit("/", 1)[-1]
+    roots: list[Path] = [Path(cwd, *([".."] * up)).resolve() / "node_modules" for up in range(0, 32)]
+    cache = host_env.get("npm_config_cache") or os.path.join(host_env.get("HOME", "/nonexistent"), ".npm")
+    npx_dir = Path(cache) / "_npx"
+    with contextlib.suppress(OSError):
+        roots += sorted(p / "node_modules" for p in npx_dir.iterdir())
+    seen: set[Path] = set()
+    for root in roots:
+        if root in seen:
+            continue
+        seen.add(root)
+        manifest_bytes = _read_small(root / name / "package.json")
+        if manifest_bytes is None:
+            continue
+        try:
+            manifest = json.loads(manifest_bytes)
+        except ValueError:
+            continue
+        if not isinstance(manifest, dict) or (version is not None and manifest.get("version") != version):
+            continue
+        bins = manifest.get("bin")
+        target: object = bins if isinstance(bins, str) else (
+            bins.get(bin_name) or (next(iter(bins.values())) if len(bins) == 1 else None)
+            if isinstance(bins, dict) else None)
+        if isinstance(target, str):
+            script = os.path.normpath(root / name / target)
+            return [script, *command_args]
+    raise LaunchError(
+        f"npx package {package or command!r} is not installed (warden runs npx offline: the sandbox has no "
+        "network to download it)",
+        hint=f"install it first: `npm install {package or command}` in the server's directory, or run "
+             f"`npx -y {package or command} --help` once outside warden")
+
+
+def _resolve_uvx(args: Sequence[str], *, host_env: Mapping[str, str]) -> list[str]:
+    """Turn ``uvx [--from P] name args...`` into the entry point of the installed uv tool ``P``.
+
+    uv installs tools as virtualenvs under ``$UV_TOOL_DIR`` (default ``$XDG_DATA_HOME/uv/tools``, i.e.
+    ``~/.local/share/uv/tools``); their entry points run without uv, offline, which is what the sandbox needs.
+    """
+    source: str | None = None
+    rest: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if arg == "--from":
+            source = args[index + 1] if index + 1 < len(args) else None
+            index += 2
+            continue
+        if arg.startswith("--from="):
+            source = arg.split("=", 1)[1]
+        elif not arg.startswith("-"):
+            rest = list(args[index:])
+            break
+        index += 1
+    if not rest:
+        raise LaunchError("uvx was given no tool to run", hint="write the server as `uvx PACKAGE [ARGS]`")
+    command, *command_args = rest
+    package = split_package_spec(source or command)[0]
+    command = split_package_spec(command)[0]
+    tool_dir = host_env.get("UV_TOOL_DIR") or os.path.join(
+        host_env.get("XDG_DATA_HOME") or os.path.join(host_env.get("HOME", "/nonexistent"), ".local", "share"),
+        "uv", "tools")
+    entry = Path(tool_dir) / package / "bin" / command
+    if os.access(entry, os.X_OK) and _is_file(entry):
+        return [str(entry), *command_args]
+    raise LaunchError(
+        f"uv tool {package!r} is not installed at {entry.parent.parent} (warden runs uvx offline: the sandbox "
+        "has no network to download it)",
+        hint=f"install it first: `uv tool install {package}`")
+
+
+def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, host_env: Mapping[str, str],
+                   cwd: str) -> Runtime:
+    """Resolve ``argv`` on the host and decide what the sandbox must show of it (see the module docstring).
+
+    Raises:
+        LaunchError: the command does not exist, or ``npx`` / ``uvx`` name a package that is not installed.
+    """
+    search_path = host_env.get("PATH") or os.defpath
+    args = list(argv)
+    base = os.path.basename(args[0])
+    if base == "npx":
+        node = resolve_command("node", search_path=search_path, cwd=cwd)
+        args = [node, *_resolve_npx(args[1:], cwd=cwd, host_env=host_env)]
+    elif base == "uvx":
+        args = _resolve_uvx(args[1:], host_env=host_env)
+    exe = resolve_command(args[0], search_path=search_path, cwd=cwd)
+    real_exe = os.path.realpath(exe)
+
+    interpreter: str | None = None
+    script: str | None = None
+    script_index: int | None = None
+    head = _read_small(Path(real_exe), _MAX_HEAD) or b""
+    shebang = parse_shebang(head)
+    if shebang is not None:
+        interpreter, shebang_arg = shebang
+        if os.path.basename(interpreter) == "env" and shebang_arg:
+            words = [w for w in shebang_arg.split() if not w.startswith("-") and "=" not in w]
+            if words:
+                try:
+                    interpreter = resolve_command(words[0], search_path=search_path, cwd=cwd)
+                except LaunchError:
+                    interpreter = None
+        script = exe
+    else:
+        script_index = _script_argument(args[1:])
+        if script_index is not None:
+            candidate = os.path.normpath(os.path.join(cwd, args[1 + script_index]))
+            if _is_file(Path(candidate)):
+                script = candidate
+                script_index += 1
+            else:
+                script_index = None
+
+    names = [os.path.basename(p) for p in (*( _hops(interpreter) if interpreter else ()), *_hops(exe))]
+    profile = _pick_profile(setting, profiles, names, exe)
+    binds = _Binds(profile)
+    interpreter_paths = list(_hops(interpreter)) if interpreter else list(_hops(exe))
+    interesting = [*_hops(exe), *(interpreter_paths if interpreter else ()), *(_hops(script) if script else ())]
+    for item in profile.bind:
+        finder = item.finds
+        if finder == "node_modules":
+            for path in interesting:
+                binds.add(finder, _outermost_named(path, "node_modules"))
+        elif finder == "venv":
+            for path in interesting:
+                binds.add(finder, _venv_of(path))
+        elif finder == "runtime_prefix":
+            binds.add(finder, _prefix_of(interpreter_paths[-1]))
+            for path in interesting:
+                venv = _venv_of(path)
+                cfg = _read_small(Path(venv) / "pyvenv.cfg") if venv else None
+                home = parse_pyvenv_home(cfg.decode("utf-8", "replace")) if cfg else None
+                if home:
+                    binds.add(finder, _prefix_of(os.path.join(os.path.realpath(home), "python")))
+        elif finder == "package_json":
+            if script and _outermost_named(script, "node_modules") is None:
+                directory = Path(script).parent
+                while True:
+                    if _is_file(directory / "package.json"):
+                        binds.add(finder, str(directory / "package.json"))
+                        break
+                    if directory.parent == directory:
+                        break
+                    directory = directory.parent
+        elif finder == "script":
+            if script:
+                binds.add(finder, script)
+        elif finder == "executable":
+            for path in (exe, *(interpreter_paths[:1] if interpreter else ())):
+                if not binds.covered(path):
+                    binds.add(finder, path)
+
+    path_dirs: list[str] = []
+    for path in (exe, *(interpreter_paths[:1] if interpreter else ())):
+        directory = os.path.dirname(path)
+        if not any(_under(directory, root) for root in SYSTEM_ROOTS) and directory not in path_dirs:
+            path_dirs.append(directory)
+
+    final = [exe, *args[1:]]
+    if script_index is not None and script is not None:
+        final[script_index] = script
+    return Runtime(profile=profile.name, argv=tuple(final), binds=tuple(binds.items),
+                   path_dirs=tuple(path_dirs), env=dict(profile.env))
