@@ -15,7 +15,7 @@ from warden.cli._common import CommandContext
 from warden.consent import describe_entry, review
 from warden.errors import PolicyError
 from warden.policy import render_visible
-from warden.policy.pins import ENTRY_KINDS, PinEntry, PinState, PinStore, short, side_by_side
+from warden.policy.pins import ENTRY_KINDS, EntryKind, PinEntry, PinState, PinStore, short, side_by_side
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -154,7 +154,7 @@ def revoke_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     store = _store(ctx)
     if args.name is None and args.kind is None:
         what = f"the whole server {args.server!r} (every call refused until approved again)"
-        kind = "server"
+        kind: EntryKind = "server"
     else:
         chosen = _select(store, args, default_pending=False)
         what = ", ".join(e.label for e in chosen)

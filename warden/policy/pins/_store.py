@@ -407,7 +407,7 @@ class PinStore:
         return found
 
     def approve(self, server: str, kind: EntryKind | None = None, key: str | None = None, *,
-                expected: Mapping[tuple[str, str], str] | None = None, by: str = "terminal") -> list[PinEntry]:
+                expected: Mapping[tuple[EntryKind, str], str] | None = None, by: str = "terminal") -> list[PinEntry]:
         """Approve the current definition of the selected entries (the whole server: everything pending or
         changed, its identity included). ``expected`` maps ``(kind, key)`` to the digest the human was shown; an
         entry whose digest moved since then is not approved (raises :class:`PolicyError`)."""
