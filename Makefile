@@ -41,7 +41,11 @@ test: setup lint typecheck pytest
 demo: setup
 	$(BIN)/python scripts/demo.py
 
-bench: setup
+$(VENV)/.bench-installed: $(VENV)/.installed
+	$(BIN)/pip install --quiet --disable-pip-version-check -e '.[test,bench]' 2>&1 | grep -v "is ignored" || true
+	touch $@
+
+bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/proxy_overhead.py
 
 clean:

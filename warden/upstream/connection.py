@@ -469,13 +469,16 @@ class Upstream:
         ``on_progress``. Raises ``UpstreamTimeout`` / ``UpstreamClosed`` and the fatal errors of
         :meth:`wait_connected`.
         """
-        timeout = kwargs.get("timeout") or self.options.request_timeout
-        with trio.move_on_after(timeout) as scope:
-            await self.wait_connected()
-        if scope.cancelled_caught:
-            raise UpstreamTimeout(f"the server {self.name!r} did not become ready within {timeout:g} s")
-        assert self._session is not None
-        return await self._session.request(method, params, **kwargs)
+        session = self._session
+        if session is None or not self._ready.is_set():
+            timeout = kwargs.get("timeout") or self.options.request_timeout
+            with trio.move_on_after(timeout) as scope:
+                await self.wait_connected()
+            if scope.cancelled_caught:
+                raise UpstreamTimeout(f"the server {self.name!r} did not become ready within {timeout:g} s")
+            session = self._session
+            assert session is not None
+        return await session.request(method, params, **kwargs)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self.wait_connected()

@@ -1,0 +1,135 @@
+"""Round-trip time of tools/call on a trivial tool: direct, through warden, and through a peer proxy (FastMCP),
+all measured in the same run.
+
+Servers: the official Python SDK (``mcp`` 2.3.0), a Node server (server-everything's ``echo``), and a minimal
+raw-JSON echo server written for this bench (it shows warden's own ceiling). For each: N sequential calls, then N
+calls from 16 concurrent callers. Prints median and p99 round trip, calls/s, and the ratios proxy/direct.
+
+    make bench            # or: .venv/bin/python bench/proxy_overhead.py [--calls N] [--only NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from rawclient import RawClient
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+WARDEN = str(BIN / "warden")
+NODE_MODULES = ROOT / "tests" / "peers" / "node_modules"
+
+SERVERS: dict[str, tuple[list[str], str, dict[str, Any]]] = {
+    "python sdk": ([str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_server.py")], "echo",
+                   {"text": "hi"}),
+    "node (server-everything)": (["node", str(NODE_MODULES / "@modelcontextprotocol" / "server-everything" / "dist"
+                                              / "index.js"), "stdio"], "echo", {"message": "hi"}),
+    "raw echo": ([str(BIN / "python"), str(ROOT / "bench" / "servers" / "raw_echo_server.py")], "echo",
+                 {"text": "hi"}),
+}
+
+
+def via_warden(argv: list[str], state_dir: str) -> list[str]:
+    return [WARDEN, "--state-dir", state_dir, "run", "--quiet-server", "--", *argv]
+
+
+def via_fastmcp(argv: list[str], workdir: Path) -> list[str] | None:
+    fastmcp = BIN / "fastmcp"
+    if not fastmcp.exists():
+        return None
+    config = workdir / f"fastmcp-{abs(hash(tuple(argv)))}.json"
+    config.write_text(json.dumps({"mcpServers": {"s": {"command": argv[0], "args": argv[1:]}}}))
+    return [str(fastmcp), "run", str(config), "--no-banner", "--log-level", "ERROR"]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(argv: list[str], tool: str, args: dict[str, Any], calls: int, concurrency: int
+                  ) -> dict[str, float]:
+    async with trio.open_nursery() as nursery:
+        client = await RawClient.start(nursery, argv, env=dict(os.environ))
+        for _ in range(min(200, calls)):
+            await client.call(tool, args)
+        sequential = [await client.call(tool, args) for _ in range(calls)]
+        latencies: list[float] = []
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                latencies.append(await client.call(tool, args))
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as workers:
+            for i in range(concurrency):
+                workers.start_soon(worker, calls // concurrency + (1 if i < calls % concurrency else 0))
+        wall = time.perf_counter() - started
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+    return {"seq_median": statistics.median(sequential) * 1e3, "seq_p99": percentile(sequential, 0.99) * 1e3,
+            "seq_rate": len(sequential) / sum(sequential),
+            "conc_median": statistics.median(latencies) * 1e3, "conc_p99": percentile(latencies, 0.99) * 1e3,
+            "conc_rate": len(latencies) / wall}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--only", help="run one server (substring of its name)")
+    args = parser.parse_args()
+    console = Console(width=200)
+    table = Table(title=f"tools/call round trip: {args.calls} calls sequential, then {args.calls} from "
+                        f"{args.concurrency} concurrent callers (ms; calls/s)")
+    for column in ("server", "path", "seq median", "seq p99", "seq calls/s", "conc median", "conc p99",
+                   "conc calls/s", "median ×direct", "conc calls/s ×direct"):
+        table.add_column(column, justify="right" if column not in ("server", "path") else "left")
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        state = workdir / "state"
+        state.mkdir(mode=0o700)
+        for name, (argv, tool, tool_args) in SERVERS.items():
+            if args.only and args.only not in name:
+                continue
+            paths: list[tuple[str, Callable[[], list[str] | None]]] = [
+                ("direct", lambda a=argv: a),
+                ("warden", lambda a=argv: via_warden(a, str(state))),
+                ("fastmcp 4.2.3 (peer)", lambda a=argv: via_fastmcp(a, workdir)),
+            ]
+            direct: dict[str, float] | None = None
+            for label, make in paths:
+                command = make()
+                if command is None:
+                    table.add_row(name, label, *["n/a"] * 8)
+                    continue
+                console.print(f"[dim]measuring {name} / {label} …[/dim]")
+                result = await measure(command, tool, tool_args, args.calls, args.concurrency)
+                if label == "direct":
+                    direct = result
+                assert direct is not None
+                table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
+                              f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}",
+                              f"{result['conc_p99']:.3f}", f"{result['conc_rate']:.0f}",
+                              f"{result['seq_median'] / direct['seq_median']:.2f}",
+                              f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+            table.add_section()
+    console.print(table)
+
+
+if __name__ == "__main__":
+    trio.run(main)
