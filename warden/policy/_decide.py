@@ -248,8 +248,8 @@ def _pin_check(server: ServerPolicy, kind: EntryKind, name: str, pin: PinState, 
                 PinState.REVOKED: "was revoked"}[server_pin]
         setting = server.on_changed if server_pin is PinState.CHANGED else server.on_new
         if server_pin is not PinState.REVOKED and setting.value != "deny" and channel:
-            return Decision(Effect.ASK, f"server {server.name!r} {what} and is not approved yet", setting.source)
-        return Decision(Effect.DENY, f"server {server.name!r} {what} and is not approved",
+            return Decision(Effect.ASK, f"server {server.name!r} {what}; it is not approved yet", setting.source)
+        return Decision(Effect.DENY, f"server {server.name!r} {what}; it is not approved",
                         setting.source if server_pin is not PinState.REVOKED else _builtin("pins: revoked"),
                         hint=_approve_hint(server.name))
     shown = render_visible(name)

@@ -130,7 +130,7 @@ class Detection:
     detail: str = ""
 
     def __str__(self) -> str:
-        what = "server identity" if self.kind == "server" else f"{self.kind} {self.key!r}"
+        what = {"server": "server identity", "instructions": "instructions"}.get(self.kind, f"{self.kind} {self.key!r}")
         extra = f" ({len(self.findings)} finding(s))" if self.findings else ""
         tail = f": {self.detail}" if self.detail else ""
         return f"warden: pins: server {self.server!r}: {what} {self.event}{extra}{tail}"
