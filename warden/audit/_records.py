@@ -1,0 +1,411 @@
+"""The audit record: what the gateway fills in, and its one canonical byte encoding.
+
+A record is a flat, typed ``msgspec`` struct. Unset (``None``) fields are left out, keys are sorted, and nothing
+in it is a float, an integer beyond ±2^53 or a non-ASCII key, so ``msgspec``'s sorted encoding *is* RFC 8785
+(``tests/audit`` checks this against the ``rfc8785`` package). The only free-form JSON, the tool arguments, is
+canonicalized separately (:func:`warden.audit._canonical.canonical_json`) and embedded verbatim.
+
+The log fills the envelope (``v``, ``index``, ``untrusted_time``, ``pid``) when the record is appended; the
+gateway fills everything else. Time is marked untrusted in the field name itself: it is the writer's wall clock,
+which an attacker on the host controls. Trustworthy time comes from witness cosignatures on checkpoints.
+
+Size: a stored record is at most :data:`MAX_RECORD_BYTES` (65,535, so the log can be exported as C2SP tlog-tiles).
+A record that would be larger is never truncated silently: first its argument values are dropped (their digest
+stays, ``arguments.oversize`` is set), then any free-text field (``reason``, ``error``, ``violation``) is replaced by
+a note giving its length and SHA-256, and ``oversize`` is set on the record.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any, Final
+
+import msgspec
+
+from warden.audit._canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
+from warden.errors import AuditError
+
+__all__ = [
+    "DEFAULT_SECRET_KEY_PATTERN",
+    "MAX_RECORD_BYTES",
+    "RECORD_VERSION",
+    "Arguments",
+    "Consent",
+    "Decision",
+    "Detail",
+    "Event",
+    "InvalidRecord",
+    "Outcome",
+    "PreparedRecord",
+    "Record",
+    "Recovery",
+    "check_record",
+    "decode_record",
+    "digest",
+    "encode_record",
+    "fit_record",
+    "prepare_record",
+    "redact_secrets",
+    "redact_text",
+]
+
+RECORD_VERSION: Final = "warden-audit/1"
+MAX_RECORD_BYTES: Final = 65_535
+#: Keys whose values are always redacted, whatever the detail level (matched case-insensitively, anywhere in the key).
+DEFAULT_SECRET_KEY_PATTERN: Final = re.compile(
+    r"pass(word|phrase)?|secret|token|api[-_]?key|auth|cookie|credential|private[-_]?key|session[-_]?id|bearer",
+    re.IGNORECASE,
+)
+REDACTED: Final = "[REDACTED]"
+_NAME_MAX: Final = 256
+_TARGET_MAX: Final = 2048
+_FREE_TEXT_FIELDS: Final = ("reason", "error", "violation")
+#: ``Arguments.value`` when only the digest is kept (msgspec cannot decode ``Raw | None``).
+NO_VALUE: Final = msgspec.Raw(b"")
+
+
+class InvalidRecord(AuditError, ValueError):
+    """A record field is malformed (bad digest, too long, out of range). The action must be refused.
+
+    Also a ``ValueError`` so that ``msgspec`` reports it as a validation error when decoding a stored record.
+    """
+
+
+class Event(enum.StrEnum):
+    """What happened. ``call.*`` covers every audited request in either direction (see ``Record.method``)."""
+
+    AUDIT_OPENED = "audit.opened"
+    AUDIT_RECOVERED = "audit.recovered"
+    AUDIT_CLOSED = "audit.closed"
+    SERVER_LAUNCHED = "server.launched"
+    SERVER_EXITED = "server.exited"
+    SERVER_REFUSED = "server.refused"
+    POLICY_LOADED = "policy.loaded"
+    PIN_CREATED = "pin.created"
+    PIN_APPROVED = "pin.approved"
+    PIN_CHANGED = "pin.changed"
+    PIN_REVOKED = "pin.revoked"
+    CALL_DECIDED = "call.decided"
+    CALL_OUTCOME = "call.outcome"
+    SANDBOX_VIOLATION = "sandbox.violation"
+
+
+class Decision(enum.StrEnum):
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class Consent(enum.StrEnum):
+    """Where the approval for an allowed action came from."""
+
+    TERMINAL = "terminal"  # a human answered warden's own prompt
+    ELICITATION = "elicitation"  # a human answered an in-band elicitation sent to the host
+    POLICY = "policy"  # a policy rule allowed it without asking
+    TRUST_ON_FIRST_USE = "tofu"  # first sight of a definition, pinned automatically
+
+
+class Outcome(enum.StrEnum):
+    OK = "ok"  # a result came back
+    ERROR = "error"  # a JSON-RPC error (or isError tool result) came back
+    FAILED = "failed"  # the upstream went away or broke the protocol
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+
+
+class Detail(enum.StrEnum):
+    """How much of the arguments the policy lets the log keep. Secrets are redacted at every level."""
+
+    HASH = "hash"  # only the SHA-256 of the canonical arguments
+    REDACTED = "redacted"  # the structure, with every string replaced by "[REDACTED]"
+    FULL = "full"  # the values, minus secrets
+
+
+def digest(data: bytes) -> str:
+    """``sha256:<hex>`` of some bytes: the form every ``*_digest`` field takes."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+# Digest contents (lowercase hex) are checked by _check_rules(deep=True): a msgspec ``pattern`` costs ~1 µs per
+# field on every decode, which would halve verification speed.
+Digest = Annotated[str, msgspec.Meta(min_length=71, max_length=71)]
+Name = Annotated[str, msgspec.Meta(max_length=_NAME_MAX)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INTEGER)]
+
+
+class Arguments(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """The request arguments as the policy's detail level allows. Build it with :meth:`capture`."""
+
+    detail: Detail
+    digest: Digest
+    value: msgspec.Raw = NO_VALUE
+    oversize: bool = False
+    noncanonical: bool = False
+
+    @property
+    def has_value(self) -> bool:
+        """False when only the digest was kept."""
+        return bool(bytes(self.value))
+
+    @classmethod
+    def capture(cls, value: Any, detail: Detail, *, secret_values: Collection[str] = (),
+                secret_keys: re.Pattern[str] = DEFAULT_SECRET_KEY_PATTERN) -> Arguments:
+        """Record ``value`` (parsed JSON arguments) at ``detail``; secrets are redacted at every level.
+
+        ``digest`` is the SHA-256 of the RFC 8785 form of the *unredacted* arguments, so a holder of the original
+        request can prove which arguments were sent. Arguments that RFC 8785 cannot represent (integers beyond
+        ±2^53, NaN) are hashed over msgspec's sorted encoding and kept at detail ``hash`` with ``noncanonical``.
+        """
+        try:
+            canon = canonical_json(value)
+        except CanonicalizationError:
+            try:
+                raw = msgspec.json.encode(value, order="sorted")
+            except (TypeError, ValueError) as exc:
+                raise InvalidRecord(f"arguments are not JSON: {exc}") from exc
+            return cls(detail=Detail.HASH, digest=digest(raw), noncanonical=True)
+        if detail is Detail.HASH:
+            return cls(detail=detail, digest=digest(canon))
+        kept = redact_secrets(value, secret_values, secret_keys, strings=detail is Detail.REDACTED)
+        return cls(detail=detail, digest=digest(canon), value=msgspec.Raw(canonical_json(kept)))
+
+
+class Recovery(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """What recovery found on open: the durable anchor it started from and what it kept or cut."""
+
+    anchor_size: Count
+    size: Count
+    truncated_bytes: Count = 0
+    reason: Name
+
+
+class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One audit record. Fill what applies; leave the rest ``None``. The log fills ``v``, ``index``,
+    ``untrusted_time`` and ``pid``.
+
+    Field meanings (digests are ``sha256:<hex>``, see :func:`digest`):
+
+    * ``server_name`` / ``server_id``: the configured name, and the digest of the server's launch manifest
+      (command, args, env names, sandbox profile, network allowances), i.e. its pinned identity.
+    * ``method``: the audited request (``tools/call``, ``prompts/get``, ``resources/read``, and the forwarded
+      ``sampling/createMessage``, ``elicitation/create``, ``roots/list``).
+    * ``target`` / ``target_digest``: the tool or prompt name, or resource URI, and its pinned definition digest.
+      ``previous_digest``: the pin being replaced (``pin.changed``).
+    * ``policy_digest`` / ``rule``: the effective policy and the rule that decided.
+    * ``decision``, ``consent``, ``reason`` (why refused or denied).
+    * ``request_digest``: SHA-256 of the exact JSON-RPC request bytes; ``arguments``: see :class:`Arguments`.
+    * ``decision_index``: on ``call.outcome``, the index of the ``call.decided`` record it completes.
+    * ``outcome``, ``result_digest`` (exact result bytes) and ``result_size`` (bytes).
+    * ``sandbox_digest``: the sandbox profile in force. ``exit_code`` / ``signal``: ``server.exited``.
+    * ``violation``: what the sandbox stopped (``sandbox.violation``). ``error``: what went wrong.
+    * ``client``: the host as it named itself (self-reported, untrusted).
+    """
+
+    event: Event
+    server_name: Name | None = None
+    server_id: Digest | None = None
+    client: Name | None = None
+    method: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
+    target: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)] | None = None
+    target_digest: Digest | None = None
+    previous_digest: Digest | None = None
+    policy_digest: Digest | None = None
+    rule: Name | None = None
+    decision: Decision | None = None
+    consent: Consent | None = None
+    reason: str | None = None
+    request_digest: Digest | None = None
+    arguments: Arguments | None = None
+    decision_index: Count | None = None
+    outcome: Outcome | None = None
+    result_digest: Digest | None = None
+    result_size: Count | None = None
+    sandbox_digest: Digest | None = None
+    exit_code: Annotated[int, msgspec.Meta(ge=-(1 << 31), le=(1 << 31) - 1)] | None = None
+    signal: Annotated[int, msgspec.Meta(ge=1, le=128)] | None = None
+    violation: str | None = None
+    error: str | None = None
+    recovered: Recovery | None = None
+    oversize: bool = False
+    # Envelope, filled by the log.
+    v: str = ""
+    index: Annotated[int, msgspec.Meta(ge=-1, le=MAX_SAFE_INTEGER)] = -1
+    untrusted_time: Annotated[str, msgspec.Meta(max_length=27)] = ""
+    pid: Annotated[int, msgspec.Meta(ge=0, le=(1 << 31) - 1)] = 0
+
+
+_ENCODER: Final = msgspec.json.Encoder(order="sorted")
+
+
+_DECODER: Final = msgspec.json.Decoder(Record)
+
+
+def encode_record(record: Record) -> bytes:
+    """The record's canonical (RFC 8785) bytes: the exact bytes the log stores and hashes."""
+    return _ENCODER.encode(record)
+
+
+_INDEX_MARK: Final = b',"index":0,"'
+_MAX_INDEX_GROWTH: Final = len(str(MAX_SAFE_INTEGER)) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRecord:
+    """A checked, encoded record waiting for its index: ``prefix + str(index) + suffix`` is its canonical form.
+
+    Why splicing is exact: keys are sorted, ``event`` (always present) sorts before ``index`` and ``v`` (always
+    present) after it, so the top-level ``index`` is always written as ``,"index":<n>,"``. The only nested object
+    that can hold arbitrary keys is ``arguments``, which sorts before ``index``; nothing after ``index`` can contain
+    that byte sequence (strings escape their quotes), so the *last* occurrence is the top-level one.
+    ``tests/audit`` checks ``at(i)`` against a fresh encoding for generated records.
+    """
+
+    prefix: bytes
+    suffix: bytes
+
+    def at(self, index: int) -> bytes:
+        return b"%b%d%b" % (self.prefix, index, self.suffix)
+
+
+def prepare_record(record: Record, *, untrusted_time: str, pid: int) -> PreparedRecord:
+    """Fill the envelope, check every field, shrink if oversize (see :func:`fit_record`), and encode.
+
+    Raises:
+        InvalidRecord: a field is malformed.
+    """
+    filled = msgspec.structs.replace(record, v=RECORD_VERSION, index=0, untrusted_time=untrusted_time, pid=pid)
+    data = _checked_encoding(filled)
+    if len(data) + _MAX_INDEX_GROWTH > MAX_RECORD_BYTES:
+        data = _checked_encoding(fit_record(filled))
+    cut = data.rindex(_INDEX_MARK) + len(b',"index":')
+    return PreparedRecord(data[:cut], data[cut + 1 :])
+
+
+def _checked_encoding(record: Record) -> bytes:
+    try:
+        data = _ENCODER.encode(record)
+    except (TypeError, ValueError) as exc:  # e.g. a lone surrogate in a string, a non-JSON value
+        raise InvalidRecord(f"audit record is not encodable: {exc}") from exc
+    try:
+        decode_record(data)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidRecord(f"invalid audit record: {exc}") from exc
+    return data
+
+
+def decode_record(data: bytes, *, deep: bool = True) -> Record:
+    """Parse stored record bytes with the field constraints checked.
+
+    ``deep=False`` skips the per-field content checks done in Python (digest hex, method and time syntax),
+    keeping types, enums, lengths and ranges; the verifier uses it on its fast path.
+
+    Raises:
+        msgspec.ValidationError, msgspec.DecodeError: not JSON, or a field is of the wrong type or size.
+        InvalidRecord: a rule spanning fields, or (deep) a field's content, is wrong.
+    """
+    record = _DECODER.decode(data)
+    _check_rules(record, deep=deep)
+    return record
+
+
+def check_record(record: Record) -> Record:
+    """Validate a record built in code (construction does not validate): every field constraint, checked by
+    round-tripping through the decoder, plus the rules across fields.
+
+    Raises:
+        InvalidRecord: with the field that is wrong.
+    """
+    return decode_record(_checked_encoding(record))
+
+
+_DIGESTS_RE: Final = re.compile(r"(?:sha256:[0-9a-f]{64})*")
+_METHOD_RE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_/.\-]{0,63}")
+_TIME_RE: Final = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z")
+
+
+def _check_rules(record: Record, *, deep: bool = True) -> None:
+    if deep:
+        r = record
+        digests = [d for d in (r.server_id, r.target_digest, r.previous_digest, r.policy_digest, r.request_digest,
+                               r.result_digest, r.sandbox_digest, r.arguments.digest if r.arguments else None) if d]
+        if not _DIGESTS_RE.fullmatch("".join(digests)):  # one regex pass for all of them: ~1 µs, not ~1 µs each
+            bad = next(d for d in digests if not _DIGESTS_RE.fullmatch(d))
+            raise InvalidRecord(f"digest {bad[:80]!r} must look like sha256:<64 lowercase hex>")
+        if record.method is not None and not _METHOD_RE.fullmatch(record.method):
+            raise InvalidRecord(f"method {record.method!r} is not an MCP method name")
+        if record.untrusted_time and not _TIME_RE.fullmatch(record.untrusted_time):
+            raise InvalidRecord("untrusted_time must be RFC 3339 UTC with microseconds")
+    if record.v not in ("", RECORD_VERSION):
+        raise InvalidRecord(f"unknown record version {record.v[:40]!r}")
+    args = record.arguments
+    if args is not None:
+        if args.detail is Detail.HASH and args.has_value:
+            raise InvalidRecord("arguments at detail 'hash' must not carry a value")
+        if args.detail is not Detail.HASH and not args.has_value:
+            raise InvalidRecord(f"arguments at detail {args.detail.value!r} must carry a value")
+
+
+def _oversize_note(text: str) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    return f"[oversize: {len(text)} characters, {digest(data)}]"
+
+
+def fit_record(record: Record, limit: int = MAX_RECORD_BYTES) -> Record:
+    """Return ``record``, or a smaller version of it that fits ``limit`` bytes once the envelope is filled.
+
+    Measured with the largest possible envelope, so the stored record can never exceed the limit. First the
+    argument values go (digest kept), then oversize free-text fields are replaced by their length and digest.
+    Names are bounded at construction, so the result always fits.
+    """
+    probe = msgspec.structs.replace(record, v=RECORD_VERSION, index=MAX_SAFE_INTEGER,
+                                    untrusted_time=record.untrusted_time or "0000-00-00T00:00:00.000000Z",
+                                    pid=record.pid or (1 << 31) - 1)
+    if len(encode_record(probe)) <= limit:
+        return record
+    if record.arguments is not None and record.arguments.has_value:
+        args = msgspec.structs.replace(record.arguments, value=NO_VALUE, oversize=True, detail=Detail.HASH)
+        record = msgspec.structs.replace(record, arguments=args)
+        probe = msgspec.structs.replace(probe, arguments=args)
+        if len(encode_record(probe)) <= limit:
+            return record
+    changes = {name: _oversize_note(getattr(record, name)) for name in _FREE_TEXT_FIELDS
+               if getattr(record, name) is not None and len(getattr(record, name)) > 256}
+    record = msgspec.structs.replace(record, oversize=True, **changes)
+    probe = msgspec.structs.replace(probe, oversize=True, **changes)
+    if len(encode_record(probe)) > limit:  # pragma: no cover - impossible with the construction-time limits
+        raise InvalidRecord(f"record does not fit in {limit} bytes even without arguments and free text")
+    return record
+
+
+def redact_text(text: str, secret_values: Iterable[str]) -> str:
+    """Replace every occurrence of each secret value in ``text`` by ``[REDACTED]``."""
+    for secret in secret_values:
+        if secret and secret in text:
+            text = text.replace(secret, REDACTED)
+    return text
+
+
+def redact_secrets(value: Any, secret_values: Collection[str] = (),
+                   secret_keys: re.Pattern[str] = DEFAULT_SECRET_KEY_PATTERN, *, strings: bool = False) -> Any:
+    """A copy of a JSON value with secrets redacted.
+
+    Values under keys matching ``secret_keys`` become ``[REDACTED]``; known ``secret_values`` are cut out of every
+    string (keys included); with ``strings=True`` every string value is replaced (detail level ``redacted``).
+    """
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            key = redact_text(k, secret_values) if secret_values else k
+            if secret_keys.search(k):
+                out[key] = REDACTED
+            else:
+                out[key] = redact_secrets(v, secret_values, secret_keys, strings=strings)
+        return out
+    if isinstance(value, list | tuple):
+        return [redact_secrets(v, secret_values, secret_keys, strings=strings) for v in value]
+    if isinstance(value, str):
+        return REDACTED if strings else redact_text(value, secret_values)
+    return value

@@ -1,0 +1,245 @@
+"""Verify an audit log from its bytes: a full recompute, every checkpoint, and one specific error.
+
+Pure: takes the bytes of ``entries.log`` (the committed part), the signed checkpoints to check it against (from
+``checkpoints.log``, the ``checkpoint`` file, or handed in from elsewhere) and the log's public key; returns a
+:class:`VerifiedLog` or raises exactly one :class:`~warden.errors.VerificationError` whose message says what is
+wrong and where. It never repairs and never trusts ``hashes.bin`` or the head: everything is recomputed.
+
+What is checked, in order:
+
+1. Every checkpoint: a well-formed signed note, signed by the log key, for this log's origin, no extension lines,
+   and (for external ones) the required witness cosignatures. Two checkpoints of one size with different roots are
+   a fork (:class:`ForkEvidence`).
+2. Every frame: magic, length, CRC-32; the file must end exactly after a complete frame.
+3. Every record: valid JSON of the record schema, version tag, ``index`` equal to its position (this names the
+   place of a deleted, inserted or swapped record). ``deep`` adds per-field content checks and that the bytes are
+   the record's RFC 8785 canonical form.
+4. The tree: leaf hashes and the RFC 6962 root at every checkpoint's size must equal the checkpoint's root; no
+   checkpoint may be larger than the log (records removed, or a rollback). Optionally ``hashes.bin`` must equal
+   the recomputed stored hashes.
+
+Because every checkpoint is compared with the same recomputed tree, they are pairwise consistent once this
+passes. When one does not match, the error carries self-contained evidence: the checkpoint, the nearest one that
+does match, and the consistency proof between them computed from the records.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import mmap
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from warden.audit._canonical import CanonicalizationError, canonical_json
+from warden.audit._checkpoint import SignedCheckpoint, open_checkpoint
+from warden.audit._errors import ForkEvidence
+from warden.audit._format import FRAME_HEADER, FRAME_OVERHEAD, FRAME_RECORD, MAX_FRAME_PAYLOAD
+from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, Frontier, consistency_proof
+from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError
+from warden.audit._records import RECORD_VERSION, InvalidRecord, decode_record, encode_record
+from warden.errors import VerificationError
+
+__all__ = ["CheckpointSource", "VerifiedLog", "verify_log"]
+
+_CRC: Final = struct.Struct(">I")
+_PROGRESS_EVERY: Final = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSource:
+    """A checkpoint to verify against and where it came from (for messages), e.g. ``checkpoints.log #3``."""
+
+    label: str
+    note: bytes
+    external: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class VerifiedLog:
+    """What a successful verification established."""
+
+    origin: str
+    size: int
+    root: bytes
+    checkpoints: int  # how many checkpoints were checked against the records
+    latest: SignedCheckpoint | None  # the largest checkpoint (all of them match the records)
+    first_time: str
+    last_time: str
+
+
+def _evidence(bad: SignedCheckpoint, good: SignedCheckpoint | None, proof: Sequence[bytes] | None) -> str:
+    parts = ["SECURITY ERROR", "", "checkpoint that does not match the log's records:", "",
+             bad.note.decode("utf-8", "replace")]
+    if good is not None:
+        parts += ["checkpoint that does match them:", "", good.note.decode("utf-8", "replace")]
+        if proof is not None:
+            lo, hi = sorted((bad.size, good.size))
+            parts += [f"consistency proof from size {lo} to {hi}, computed from the records "
+                      f"(it fails for the first checkpoint):"]
+            parts += [base64.b64encode(h).decode("ascii") for h in proof]
+    return "\n".join(parts) + "\n"
+
+
+def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpoints: Sequence[CheckpointSource],
+               hashes: bytes | memoryview | mmap.mmap | None = None, witnesses: Sequence[CosignatureVerifier] = (),
+               quorum: int = 0, deep: bool = False, require_checkpoint: bool = True,
+               progress: Callable[[int], None] | None = None) -> VerifiedLog:
+    """Verify the committed bytes of ``entries.log`` against ``checkpoints`` (see module docstring).
+
+    ``witnesses``/``quorum`` apply to external checkpoints. ``require_checkpoint`` makes a log with records but no
+    checkpoint fail (nothing would bind its records to the key). ``progress`` is called with the number of records
+    checked so far, every 65,536 records.
+
+    Raises:
+        VerificationError: the first problem found (``ForkEvidence`` when a signed checkpoint contradicts the
+            records; its ``evidence`` holds both notes and the proof).
+    """
+    origin = log_key.name
+    # (1) checkpoints
+    signed: list[tuple[CheckpointSource, SignedCheckpoint]] = []
+    for source in checkpoints:
+        try:
+            cp, _ = open_checkpoint(source.note, log_key, origin=origin,
+                                    witnesses=witnesses if source.external else (),
+                                    quorum=quorum if source.external else 0)
+        except NoteError as exc:
+            raise VerificationError(f"{source.label}: {exc}",
+                                    hint="a checkpoint of another log, a forged one, or the wrong --vkey") from exc
+        signed.append((source, cp))
+    by_size: dict[int, tuple[CheckpointSource, SignedCheckpoint]] = {}
+    for source, cp in signed:
+        other = by_size.get(cp.size)
+        if other is not None and other[1].root != cp.root:
+            raise ForkEvidence(f"{source.label} and {other[0].label} are both signed by this log's key for size "
+                               f"{cp.size} but have different roots: the log forked",
+                               evidence=_evidence(cp, other[1], None),
+                               hint="keep both checkpoints as evidence; the key holder signed two histories")
+        by_size.setdefault(cp.size, (source, cp))
+    sizes = sorted(by_size)
+
+    # (2)-(4) records and tree
+    view = memoryview(entries)
+    total = len(view)
+    frontier = Frontier()
+    stored = bytearray()
+    hashes_view = memoryview(hashes) if hashes is not None else None
+    header = FRAME_HEADER
+    sha256 = hashlib.sha256
+    crc32 = zlib.crc32
+    offset = 0
+    index = 0
+    next_cp = 0
+    last_match: SignedCheckpoint | None = None
+    first_time = last_time = ""
+
+    def check_checkpoints_at(n: int, root: bytes) -> None:
+        nonlocal next_cp, last_match
+        while next_cp < len(sizes) and sizes[next_cp] == n:
+            source, cp = by_size[n]
+            if cp.root != root:
+                proof = None
+                if last_match is not None and last_match.size > 0:
+                    proof = consistency_proof(last_match.size, n, _reader(stored))
+                raise ForkEvidence(
+                    f"{source.label} (size {n}) does not match the log's records: a record before index {n} "
+                    f"was modified, removed, inserted or reordered"
+                    + (f" after the checkpoint at size {last_match.size}" if last_match else ""),
+                    evidence=_evidence(cp, last_match, proof),
+                    hint="keep this state directory and the checkpoint as evidence")
+            last_match = cp
+            next_cp += 1
+
+    check_checkpoints_at(0, EMPTY_ROOT)
+    while offset < total:
+        where = f"record {index} (byte {offset} of entries.log)"
+        if total - offset < FRAME_OVERHEAD:
+            raise VerificationError(f"entries.log ends inside {where}: the file was truncated or torn")
+        magic, kind, length = header.unpack_from(view, offset)
+        if magic != 0xFF or kind != FRAME_RECORD:
+            raise VerificationError(f"{where} does not start a record frame: bytes were inserted, removed or "
+                                    f"overwritten")
+        if length > MAX_FRAME_PAYLOAD:
+            raise VerificationError(f"{where} claims {length} bytes, more than a record may hold")
+        end = offset + FRAME_OVERHEAD + length
+        if end > total:
+            raise VerificationError(f"entries.log ends inside {where}: the file was truncated or torn")
+        payload = view[offset + 6 : end - 4]
+        if _CRC.unpack_from(view, end - 4)[0] != crc32(payload, crc32(view[offset + 1 : offset + 6])):
+            raise VerificationError(f"{where} fails its CRC: its bytes were changed")
+        data = bytes(payload)
+        _check_record(data, index, where, deep)
+        if index == 0:
+            first_time = _time_of(data)
+        added = frontier.append(sha256(b"\x00" + data).digest())
+        for h in added:
+            stored += h
+        index += 1
+        offset = end
+        if next_cp < len(sizes) and sizes[next_cp] == index:
+            check_checkpoints_at(index, frontier.root())
+        if progress is not None and index % _PROGRESS_EVERY == 0:
+            progress(index)
+    if index:
+        last_time = _time_of(data)
+    if next_cp < len(sizes):
+        source, cp = by_size[sizes[next_cp]]
+        raise VerificationError(
+            f"the log holds {index} records but {source.label} says {cp.size}: records were removed from the end, "
+            f"or the log was rolled back to an older copy",
+            hint="keep this state directory and the checkpoint as evidence")
+    if require_checkpoint and index and not sizes:
+        raise VerificationError("the log has records but no signed checkpoint: nothing binds them to the log key",
+                                hint="a log with its checkpoints removed; verify with a checkpoint kept elsewhere")
+    if hashes_view is not None and hashes_view != memoryview(stored)[: len(hashes_view)]:
+        bad = next(i for i in range(0, min(len(hashes_view), len(stored)) + HASH_SIZE, HASH_SIZE)
+                   if hashes_view[i : i + HASH_SIZE] != memoryview(stored)[i : i + HASH_SIZE])
+        raise VerificationError(f"hashes.bin differs from the records at stored hash {bad // HASH_SIZE}: the hash "
+                                f"cache was changed", hint="inclusion proofs from this cache would be wrong")
+    if progress is not None:
+        progress(index)
+    latest = by_size[sizes[-1]][1] if sizes else None
+    return VerifiedLog(origin, index, frontier.root(), len(signed), latest, first_time, last_time)
+
+
+def _reader(stored: bytearray) -> Callable[[Sequence[int]], list[bytes]]:
+    def read(positions: Sequence[int]) -> list[bytes]:
+        return [bytes(stored[p * HASH_SIZE : (p + 1) * HASH_SIZE]) for p in positions]
+
+    return read
+
+
+def _time_of(data: bytes) -> str:
+    start = data.rfind(b'"untrusted_time":"')
+    return data[start + 18 : start + 45].decode("ascii", "replace") if start >= 0 else ""
+
+
+def _check_record(data: bytes, index: int, where: str, deep: bool) -> None:
+    try:
+        record = decode_record(data, deep=deep)
+    except (msgspec.ValidationError, msgspec.DecodeError, InvalidRecord) as exc:
+        raise VerificationError(f"{where} is not a valid audit record: {exc}") from exc
+    if record.v != RECORD_VERSION:
+        raise VerificationError(f"{where} has version {record.v!r}, not {RECORD_VERSION!r}")
+    if record.index != index:
+        raise VerificationError(
+            f"{where} says it is record {record.index}: "
+            + ("records are missing before it" if record.index > index else
+               "a record was inserted, duplicated or moved") + " (or two records were swapped)")
+    if deep:
+        if encode_record(record) != data:
+            raise VerificationError(f"{where} is not in RFC 8785 canonical form")
+        args = record.arguments
+        if args is not None and args.has_value:
+            raw = bytes(args.value)
+            try:
+                canonical = canonical_json(msgspec.json.decode(raw))
+            except (msgspec.DecodeError, CanonicalizationError) as exc:
+                raise VerificationError(f"{where}: its arguments are not canonical JSON: {exc}") from exc
+            if canonical != raw:
+                raise VerificationError(f"{where}: its arguments are not in RFC 8785 canonical form")

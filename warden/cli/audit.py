@@ -1,0 +1,414 @@
+"""``warden audit``: verify, read, prove and export the audit log.
+
+* ``verify``: full recompute of the tree from the records, every stored checkpoint (and any given with
+  ``--checkpoint``) checked against it. Exit 0 when the log is intact, 7 with one specific message when not;
+  on a fork it prints both signed notes and the consistency proof.
+* ``show`` / ``tail``: records as a table, or ``--json`` (the stored bytes, one per line), with filters.
+* ``prove INDEX``: a ``c2sp.org/tlog-proof@v1`` file for one record (the record itself rides in its ``extra``
+  line), checkable by anyone with the verifier key: ``warden audit check-proof FILE --vkey KEY``.
+* ``checkpoint``: the latest signed checkpoint, to hand to a witness or keep elsewhere (``--refresh`` publishes
+  one covering everything committed now). ``key``: the verifier key. ``export --jsonl``: every record.
+
+Reading commands take no lock and see the committed prefix even while warden processes are appending.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import msgspec
+
+from warden.audit._checkpoint import open_checkpoint, verify_tlog_proof
+from warden.audit._errors import ForkEvidence
+from warden.audit._files import KEY_FILE
+from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError, parse_vkey
+from warden.audit._reader import LogReader, RawRecord
+from warden.audit._records import Record, decode_record
+from warden.audit._store import Store, format_time
+from warden.audit._verify import CheckpointSource, verify_log
+from warden.cli._common import CommandContext
+from warden.errors import AuditError, ConfigError, VerificationError
+
+__all__ = ["register"]
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("audit", help="verify, read, prove and export the audit log",
+                            description="Verify, read, prove and export warden's tamper-evident audit log.")
+    verbs = parser.add_subparsers(dest="audit_command", metavar="VERB", required=True)
+
+    p = verbs.add_parser("verify", help="recompute the log and check every checkpoint",
+                         description="Recompute the Merkle tree from every record and check every stored "
+                                     "checkpoint, and any given with --checkpoint, against it.")
+    p.add_argument("--vkey", metavar="KEY", help="the log's verifier key (text or @FILE); default: derived from the "
+                   "signing key next to the log, which only proves integrity against someone without that key")
+    p.add_argument("--checkpoint", metavar="FILE", action="append", default=[],
+                   help="a signed checkpoint kept elsewhere (repeatable): catches rollback and truncation")
+    p.add_argument("--witness", metavar="VKEY", action="append", default=[],
+                   help="a witness cosigner key (text or @FILE) for --checkpoint files (repeatable)")
+    p.add_argument("--quorum", type=int, default=None, metavar="N",
+                   help="witness cosignatures each --checkpoint needs (default: all given witnesses)")
+    p.add_argument("--deep", action="store_true",
+                   help="also check every field's syntax and that each record is RFC 8785 canonical (slower)")
+    p.set_defaults(func=_verify)
+
+    for name, helptext in (("show", "list records (oldest first)"), ("tail", "list the newest records")):
+        p = verbs.add_parser(name, help=helptext, description=helptext.capitalize() + ".")
+        p.add_argument("--server", help="server name, or server identity digest (prefix)")
+        p.add_argument("--tool", help="tool or prompt name, or resource URI")
+        p.add_argument("--decision", choices=["allow", "deny"])
+        p.add_argument("--event", action="append", default=[],
+                       help="event type, or a prefix such as 'call.' or 'pin.' (repeatable)")
+        p.add_argument("--since", metavar="TIME", help="ISO 8601 time (UTC unless it says otherwise)")
+        p.add_argument("--until", metavar="TIME", help="ISO 8601 time (UTC unless it says otherwise)")
+        p.add_argument("--json", action="store_true", help="one stored record per line, byte for byte")
+        if name == "tail":
+            p.add_argument("-n", type=int, default=20, metavar="N", help="how many records (default 20)")
+            p.add_argument("-f", "--follow", action="store_true", help="keep printing records as they arrive")
+        else:
+            p.add_argument("--limit", type=int, default=None, metavar="N", help="stop after N records")
+        p.set_defaults(func=_show if name == "show" else _tail)
+
+    p = verbs.add_parser("prove", help="write a c2sp.org/tlog-proof@v1 file for one record",
+                         description="Write an offline-checkable inclusion proof for record INDEX under a signed "
+                                     "checkpoint; the record itself travels in the proof's extra line.")
+    p.add_argument("index", type=int, metavar="INDEX")
+    p.add_argument("--size", type=int, metavar="N", help="prove under the stored checkpoint of this size "
+                   "(default: the latest)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(func=_prove)
+
+    p = verbs.add_parser("check-proof", help="check a tlog-proof file (no log needed)",
+                         description="Check a tlog-proof file with the log's verifier key; print its record.")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--vkey", metavar="KEY", required=True, help="the log's verifier key (text or @FILE)")
+    p.add_argument("--witness", metavar="VKEY", action="append", default=[], help="a witness key (repeatable)")
+    p.add_argument("--quorum", type=int, default=None, metavar="N", help="cosignatures needed (default: all)")
+    p.set_defaults(func=_check_proof)
+
+    p = verbs.add_parser("checkpoint", help="print the latest signed checkpoint",
+                         description="Print the latest signed checkpoint, to give to a witness or keep elsewhere.")
+    p.add_argument("--refresh", action="store_true",
+                   help="first publish a checkpoint covering every committed record")
+    p.set_defaults(func=_checkpoint)
+
+    p = verbs.add_parser("key", help="print the log's verifier key (creating the log on first use)")
+    p.set_defaults(func=_key)
+
+    p = verbs.add_parser("export", help="write every committed record as JSON lines")
+    p.add_argument("--jsonl", action="store_true", required=True, help="JSON lines: the stored bytes, one per line")
+    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p.set_defaults(func=_export)
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def _key_text(value: str) -> str:
+    if value.startswith("@"):
+        try:
+            return Path(value[1:]).read_text().strip()
+        except OSError as exc:
+            raise ConfigError(f"cannot read key file {value[1:]}: {exc.strerror}") from exc
+    return value.strip()
+
+
+def _log_key(value: str) -> Ed25519Verifier:
+    try:
+        key = parse_vkey(_key_text(value))
+    except NoteError as exc:
+        raise ConfigError(f"invalid --vkey: {exc}", hint="run `warden audit key` on the machine that wrote the log"
+                          ) from exc
+    if not isinstance(key, Ed25519Verifier):
+        raise ConfigError("--vkey is a witness (cosignature) key, not a log key")
+    return key
+
+
+def _witness_keys(values: Sequence[str]) -> list[CosignatureVerifier]:
+    out = []
+    for value in values:
+        try:
+            key = parse_vkey(_key_text(value))
+        except NoteError as exc:
+            raise ConfigError(f"invalid --witness key: {exc}") from exc
+        if not isinstance(key, CosignatureVerifier):
+            raise ConfigError("--witness needs a cosignature/v1 key (type 0x04)")
+        out.append(key)
+    return out
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}") from exc
+
+
+def _progress(total: int, label: str) -> tuple[Callable[[int], None] | None, Callable[[], None]]:
+    """A rich progress bar on stderr for long runs on a terminal; nothing otherwise."""
+    if total < 200_000 or not sys.stderr.isatty():
+        return None, lambda: None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                   console=Console(stderr=True), transient=True)
+    task = bar.add_task(label, total=total)
+    bar.start()
+    return (lambda n: bar.update(task, completed=n)), bar.stop
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+# -- verify ----------------------------------------------------------------------------------------------------
+
+
+def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
+    with LogReader(ctx.state_dir) as reader:
+        if args.vkey:
+            key, key_source = _log_key(args.vkey), "--vkey"
+        else:
+            key, key_source = reader.local_verifier(), f"the local key {ctx.state_dir / KEY_FILE}"
+        if key.name != reader.origin:
+            raise VerificationError(f"the key is for log {key.name!r} but this log is {reader.origin!r}",
+                                    hint="pass the verifier key of this log")
+        sources = reader.checkpoint_notes()
+        for path in args.checkpoint:
+            sources.append(CheckpointSource(f"--checkpoint {path}", _read_file(path, "checkpoint"), external=True))
+        witnesses = _witness_keys(args.witness)
+        quorum = len(witnesses) if args.quorum is None else args.quorum
+        update, done = _progress(reader.count(), "verifying")
+        try:
+            result = verify_log(reader.committed, log_key=key, checkpoints=sources, hashes=reader.hashes,
+                                witnesses=witnesses, quorum=quorum, deep=args.deep, progress=update)
+        except ForkEvidence as exc:
+            done()
+            _out(exc.evidence)
+            raise
+        finally:
+            done()
+        uncommitted = reader.uncommitted
+    root = result.root.hex()
+    lines = [f"audit log OK: {result.size} records, {result.checkpoints} signed checkpoints match them",
+             f"  origin:  {result.origin}", f"  root:    {root}"]
+    if result.latest is not None:
+        lines.append(f"  latest checkpoint: size {result.latest.size}")
+    if result.first_time:
+        lines.append(f"  records: {result.first_time} .. {result.last_time} (writer's clock, untrusted)")
+    lines.append(f"  key:     {key.vkey} (from {key_source})")
+    if not args.vkey:
+        lines.append("  note:    verified with the key stored next to the log; pass --vkey and --checkpoint "
+                     "kept elsewhere to rule out a rewrite by someone who had this machine")
+    if uncommitted:
+        lines.append(f"  note:    {uncommitted} bytes past the committed end (a batch being written, or a torn "
+                     f"tail the next start removes)")
+    _out("\n".join(lines) + "\n")
+    return 0
+
+
+# -- show / tail -----------------------------------------------------------------------------------------------
+
+
+def _when(text: str | None, flag: str) -> str | None:
+    if text is None:
+        return None
+    try:
+        t = datetime.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ConfigError(f"{flag} {text!r} is not an ISO 8601 time", hint="e.g. 2026-11-30T14:00:00Z") from exc
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=datetime.UTC)
+    return format_time(t.timestamp())
+
+
+def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
+    since, until = _when(args.since, "--since"), _when(args.until, "--until")
+
+    def match(r: Record) -> bool:
+        if args.server and not (r.server_name == args.server or (r.server_id or "").startswith(args.server)
+                                or (r.server_id or "").removeprefix("sha256:").startswith(args.server)):
+            return False
+        if args.tool and r.target != args.tool:
+            return False
+        if args.decision and (r.decision is None or r.decision.value != args.decision):
+            return False
+        if args.event and not any(r.event.value == e or (e.endswith(".") and r.event.value.startswith(e))
+                                  for e in args.event):
+            return False
+        if since and r.untrusted_time < since:
+            return False
+        return not (until and r.untrusted_time > until)
+
+    return match
+
+
+def _decoded(raws: Iterator[RawRecord]) -> Iterator[tuple[RawRecord, Record]]:
+    for raw in raws:
+        try:
+            yield raw, decode_record(raw.data, deep=False)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+            raise VerificationError(f"record {raw.index} is not a valid audit record: {exc}",
+                                    hint="run `warden audit verify`") from exc
+
+
+def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
+    if as_json:
+        sys.stdout.buffer.write(b"".join(raw.data + b"\n" for raw, _ in rows))
+        sys.stdout.flush()
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for col in ("#", "time (untrusted)", "event", "server", "method", "target", "decision", "by"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for raw, r in rows:
+        detail = r.rule or r.reason or r.error or r.violation or ""
+        if r.outcome is not None:
+            detail = f"{r.outcome.value}" + (f" (for #{r.decision_index})" if r.decision_index is not None else "")
+        elif r.recovered is not None:
+            detail = r.recovered.reason
+        table.add_row(str(raw.index), r.untrusted_time[:23].replace("T", " "), r.event.value, r.server_name or "",
+                      r.method or "", r.target or "", r.decision.value if r.decision else "",
+                      r.consent.value if r.consent else "", detail)
+    width = None if sys.stdout.isatty() else 200  # piped output: do not squeeze into 80 columns
+    Console(soft_wrap=False, width=width).print(table)
+
+
+def _show(ctx: CommandContext, args: argparse.Namespace) -> int:
+    match = _matcher(args)
+    rows = []
+    with LogReader(ctx.state_dir) as reader:
+        for raw, rec in _decoded(reader.records()):
+            if match(rec):
+                rows.append((raw, rec))
+                if args.limit is not None and len(rows) >= args.limit:
+                    break
+    _print(rows, args.json)
+    return 0
+
+
+def _tail(ctx: CommandContext, args: argparse.Namespace) -> int:
+    match = _matcher(args)
+    with LogReader(ctx.state_dir) as reader:
+        rows = [(raw, rec) for raw, rec in _decoded(reader.records()) if match(rec)]
+        seen = reader.count()
+    _print(rows[-args.n:] if args.n > 0 else [], args.json)
+    while args.follow:
+        time.sleep(0.5)
+        with LogReader(ctx.state_dir) as reader:
+            fresh = [(raw, rec) for raw, rec in _decoded(reader.records(seen)) if match(rec)]
+            seen = max(seen, reader.count())
+        if fresh:
+            _print(fresh, args.json)
+    return 0
+
+
+# -- prove / check-proof ---------------------------------------------------------------------------------------
+
+
+def _prove(ctx: CommandContext, args: argparse.Namespace) -> int:
+    from warden.audit._checkpoint import format_tlog_proof
+
+    with LogReader(ctx.state_dir) as reader:
+        key = reader.local_verifier()
+        notes = [s.note for s in reader.checkpoint_notes()]
+        if not notes:
+            raise AuditError("no checkpoint has been published yet", hint="run `warden audit checkpoint --refresh`")
+        opened = [open_checkpoint(n, key)[0] for n in notes]
+        if args.size is not None:
+            chosen = next((cp for cp in opened if cp.size == args.size), None)
+            if chosen is None:
+                raise AuditError(f"no stored checkpoint has size {args.size}",
+                                 hint="omit --size to use the latest checkpoint")
+        else:
+            chosen = max(opened, key=lambda cp: cp.size)
+        if not 0 <= args.index < chosen.size:
+            raise AuditError(f"record {args.index} is not covered by the checkpoint of size {chosen.size}",
+                             hint="run `warden audit checkpoint --refresh` to publish a newer checkpoint")
+        record = reader.record_at(args.index)
+        path = reader.inclusion_path(args.index, chosen.size)
+    proof = format_tlog_proof(args.index, path, chosen, extra=record)
+    try:
+        verify_tlog_proof(proof, key)
+    except VerificationError as exc:
+        raise VerificationError(f"the proof built from this log does not verify: {exc.message}",
+                                hint="the hash cache or the record was changed: run `warden audit verify`") from exc
+    if args.output:
+        Path(args.output).write_bytes(proof)
+    else:
+        sys.stdout.buffer.write(proof)
+        sys.stdout.flush()
+    return 0
+
+
+def _check_proof(ctx: CommandContext, args: argparse.Namespace) -> int:
+    key = _log_key(args.vkey)
+    witnesses = _witness_keys(args.witness)
+    quorum = len(witnesses) if args.quorum is None else args.quorum
+    proof, checkpoint = verify_tlog_proof(_read_file(args.file, "proof"), key, witnesses=witnesses, quorum=quorum)
+    _out(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}\n")
+    if proof.extra is not None:
+        sys.stdout.buffer.write(proof.extra + b"\n")
+        sys.stdout.flush()
+    return 0
+
+
+# -- checkpoint / key / export ---------------------------------------------------------------------------------
+
+
+def _checkpoint(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if args.refresh:
+        store = Store.open(ctx.private_state_dir())
+        try:
+            note = store.publish().note
+        finally:
+            store.close()
+    else:
+        with LogReader(ctx.state_dir) as reader:
+            latest = reader.latest_note()
+        if latest is None:
+            raise AuditError("no checkpoint has been published yet", hint="run `warden audit checkpoint --refresh`")
+        note = latest
+    sys.stdout.buffer.write(note)
+    sys.stdout.flush()
+    return 0
+
+
+def _key(ctx: CommandContext, args: argparse.Namespace) -> int:
+    key_path = ctx.state_dir / KEY_FILE
+    if not key_path.exists():
+        Store.open(ctx.private_state_dir()).close()
+    with LogReader(ctx.state_dir) as reader:
+        _out(reader.local_verifier().vkey + "\n")
+    return 0
+
+
+def _export(ctx: CommandContext, args: argparse.Namespace) -> int:
+    with LogReader(ctx.state_dir) as reader:
+        update, done = _progress(reader.count(), "exporting")
+        out = open(args.output, "wb") if args.output else None  # noqa: SIM115 - closed below
+        try:
+            sink = out or sys.stdout.buffer
+            for n, raw in enumerate(reader.records(), 1):
+                sink.write(raw.data + b"\n")
+                if update is not None and n % 65536 == 0:
+                    update(n)
+            sink.flush()
+            if out is not None:
+                os.fsync(out.fileno())
+        finally:
+            done()
+            if out is not None:
+                out.close()
+    return 0
