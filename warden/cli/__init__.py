@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from warden import __version__
+from warden.cli import audit as audit
 from warden.cli import pins as pins
 from warden.cli import policy as policy
 from warden.cli import run as run
@@ -24,6 +25,7 @@ _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     run.register,
     policy.register,
     pins.register,
+    audit.register,
 )
 
 
