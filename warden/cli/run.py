@@ -22,7 +22,8 @@ import trio
 from warden import __version__, logs
 from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError
-from warden.gateway.session import HostSession
+from warden.gateway.core import Gateway
+from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec, UnsafeUnsandboxedLauncher
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.transport.channel import MessageChannel
@@ -118,14 +119,15 @@ async def serve(name: str, spec: LaunchSpec, launcher: Launcher, options: Upstre
                 host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
     """Serve one host on the given streams until it leaves or warden is told to stop."""
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size)
-    session = HostSession(channel, name=name, question_timeout=options.max_request_time)
-    upstream = Upstream(name=name, spec=spec, launcher=launcher, handler=session, options=options)
-    session.bind(upstream)
+    gateway = Gateway(name=name)
+    upstream = Upstream(name=name, spec=spec, launcher=launcher, handler=gateway, options=options)
+    gateway.bind(upstream)
+    host = StdioHost(channel, gateway, question_timeout=options.max_request_time)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.serve_writer)
         await nursery.start(upstream.run)
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
-        await session.serve()
+        await host.serve()
         channel.close_outbox()
         nursery.cancel_scope.cancel()
     return 0

@@ -1,21 +1,26 @@
-"""One host connected to one upstream server: warden's server face.
+"""warden's server face for one upstream: the protocol logic every host transport shares.
 
-:class:`HostSession` reads the host's messages, answers what warden answers itself (``initialize``,
-``server/discover``, ``ping``), forwards the rest to the :class:`~warden.upstream.connection.Upstream`, and reshapes
-results when host and server are of different eras. It is also the upstream's :class:`UpstreamHandler`: server
-notifications flow to the host, and server questions (sampling, elicitation, roots) reach the host only if it
-declared that exact capability — otherwise the server gets an error at once, never silence.
+:class:`Gateway` answers what warden answers itself (``initialize``, ``server/discover``, ``ping``), forwards the
+rest to the :class:`~warden.upstream.connection.Upstream`, and reshapes results when host and server are of
+different eras. It is also the upstream's :class:`UpstreamHandler`: server notifications flow to every connected
+host that can take them, and server questions (sampling, elicitation, roots) reach a host only if it declared that
+exact capability — otherwise the server gets an error at once, never silence.
+
+A transport (stdio in :mod:`warden.gateway.stdio`, HTTP in :mod:`warden.gateway.http`) owns one
+:class:`HostLink` per downstream peer and calls :meth:`Gateway.handle` for each request with a :class:`Sink` —
+where messages tied to that request (progress, logs, questions) are written before its response.
 
 Ids: every host request keeps its own id on the host side; the upstream sees warden's ids; questions warden asks
-the host carry ids of the form ``"warden-N"``. A response to an id warden did not issue is dropped and logged.
+a host carry ids of the form ``"warden-N"``. A response to an id warden did not issue is dropped and logged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import msgspec
 import trio
@@ -43,7 +48,6 @@ from warden.protocol.eras import (
     read_request_meta,
     result_type,
 )
-from warden.protocol.framing import Oversized
 from warden.protocol.messages import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
@@ -52,12 +56,8 @@ from warden.protocol.messages import (
     METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
     UNSUPPORTED_PROTOCOL_VERSION,
-    ErrorResponse,
-    Invalid,
     Notification,
     Request,
-    Response,
-    decode_json,
     decode_object,
     encode_error,
     encode_error_object,
@@ -65,10 +65,8 @@ from warden.protocol.messages import (
     encode_notification,
     encode_request,
     encode_result,
-    scan_prefix,
 )
-from warden.transport.channel import MessageChannel
-from warden.upstream.connection import Reply, ServerDescription, Upstream
+from warden.upstream.connection import Reply, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +74,7 @@ MAX_PAGES: Final = 1000
 """A list longer than this many pages is refused rather than followed forever."""
 MAX_INPUT_ROUNDS: Final = 16
 """How many input_required rounds warden relays for one request before giving up."""
+MRTR_REQUESTS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 
 
 class _ResultType(msgspec.Struct):
@@ -85,9 +84,19 @@ class _ResultType(msgspec.Struct):
 _peek_result_type = msgspec.json.Decoder(_ResultType).decode
 
 
+class Sink(Protocol):
+    """Somewhere to write messages to a host: the stdio channel, one request's SSE stream, a GET stream."""
+
+    async def send(self, message: bytes) -> None:
+        """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
+        ...
+
+
 @final
 @dataclass(slots=True)
-class _LegacyHost:
+class LegacyHost:
+    """What a legacy host settled in ``initialize``: it holds for the whole session."""
+
     version: str
     capabilities: dict[str, Any]
     client_info: Any
@@ -97,7 +106,7 @@ class _LegacyHost:
 
 @final
 @dataclass(frozen=True, slots=True)
-class _Context:
+class Context:
     """What one host request declared: its era, version, capabilities, requested log level, progress token."""
 
     era: Era
@@ -114,8 +123,78 @@ class _Question:
     reply: Reply | None = None
 
 
-def _id_key(value: object) -> tuple[str, object]:
-    return (type(value).__name__, value if isinstance(value, str | int | float) else repr(value))
+@final
+class HostLink:
+    """One downstream peer: a stdio host, or one HTTP session. Holds its handshake state and the questions warden
+    asked it that still await an answer.
+
+    ``unsolicited`` is where messages not tied to a request go (server notifications, spontaneous questions):
+    the stdio channel, or an HTTP GET stream while one is open.
+    """
+
+    def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
+        self.name = name
+        self.legacy: LegacyHost | None = None
+        self.unsolicited: Sink | None = None
+        self._questions: dict[bytes, _Question] = {}
+        self._next_question = 0
+        self._question_timeout = question_timeout
+
+    @property
+    def era(self) -> Era:
+        return Era.LEGACY if self.legacy is not None else Era.MODERN
+
+    async def ask(self, sink: Sink, method: str, params: Mapping[str, Any]) -> Reply:
+        """Put a question to the host on ``sink`` under a warden id (PX17) and wait for its answer."""
+        self._next_question += 1
+        id_raw = b'"warden-%d"' % self._next_question
+        question = _Question()
+        self._questions[id_raw] = question
+        try:
+            await sink.send(encode_request(id_raw, method, encode_json(dict(params))))
+            with trio.move_on_after(self._question_timeout):
+                await question.event.wait()
+        except trio.ClosedResourceError:
+            pass
+        finally:
+            self._questions.pop(id_raw, None)
+        if question.reply is None:
+            with contextlib.suppress(trio.ClosedResourceError):
+                await sink.send(encode_notification("notifications/cancelled", encode_json(
+                    {"requestId": id_raw.decode().strip('"'), "reason": "no answer in time"})))
+            return Reply.failure(REQUEST_TIMEOUT, f"the client did not answer {method} in time")
+        return question.reply
+
+    def answer(self, id_raw: bytes, reply: Reply) -> None:
+        """The host answered a question. A response to an id warden did not ask is dropped (invariant 9)."""
+        question = self._questions.pop(id_raw, None)
+        if question is None:
+            log.warning("%s: dropped a response to unknown id %s", self.name, id_raw[:64].decode("utf-8", "replace"))
+            return
+        question.reply = reply
+        question.event.set()
+
+    def accept_initialize(self, params: Mapping[str, Any]) -> None:
+        """Take the legacy handshake's state at once, so requests pipelined behind ``initialize`` see it.
+
+        Raises:
+            RemoteProtocolError: a second ``initialize`` on the same link.
+        """
+        if self.legacy is not None:
+            raise RemoteProtocolError("initialize was already received", jsonrpc_code=INVALID_REQUEST)
+        capabilities = params.get("capabilities")
+        self.legacy = LegacyHost(negotiate_legacy(params.get("protocolVersion")),
+                                 capabilities if isinstance(capabilities, dict) else {}, params.get("clientInfo"))
+
+
+@final
+@dataclass(slots=True, eq=False)
+class _InFlight:
+    """A forwarded request that may make the server ask its host something."""
+
+    link: HostLink
+    sink: Sink
+    ctx: Context
 
 
 def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
@@ -130,123 +209,43 @@ def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
 
 
 @final
-class HostSession:
-    """Serve one host over ``channel`` in front of ``upstream``. Run :meth:`serve`; it returns when the host leaves.
+class Gateway:
+    """The protocol logic between hosts and one upstream. Construct, :meth:`bind` the upstream (which takes this
+    gateway as its handler), then call :meth:`handle` per host request."""
 
-    The session must be the upstream's handler (``Upstream(handler=session, ...)``); construct the session first
-    with :meth:`bind` to break the cycle.
-    """
-
-    def __init__(self, channel: MessageChannel, *, name: str, question_timeout: float = 600.0) -> None:
-        self._channel = channel
+    def __init__(self, *, name: str) -> None:
         self._name = name
         self._upstream: Upstream | None = None
-        self._legacy: _LegacyHost | None = None
-        self._tasks: dict[tuple[str, object], trio.CancelScope] = {}
-        self._questions: dict[bytes, _Question] = {}
-        self._next_question = 0
-        self._question_timeout = question_timeout
-        self._nursery: trio.Nursery | None = None
+        self._links: set[HostLink] = set()
+        self._in_flight: set[_InFlight] = set()
 
     def bind(self, upstream: Upstream) -> None:
         self._upstream = upstream
 
     @property
     def upstream(self) -> Upstream:
-        assert self._upstream is not None, "HostSession.bind() was not called"
+        assert self._upstream is not None, "Gateway.bind() was not called"
         return self._upstream
 
-    # -- the host's messages ------------------------------------------------------------------------------------
+    def attach(self, link: HostLink) -> None:
+        self._links.add(link)
 
-    async def serve(self) -> None:
-        """Read the host until it closes its side; then cancel whatever it still had in flight."""
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            while True:
-                batch = await self._channel.receive_batch()
-                if not batch:
-                    break
-                for message in batch:
-                    if isinstance(message, Request):
-                        self._start_request(message, nursery)
-                    elif isinstance(message, Notification):
-                        await self._on_notification(message)
-                    elif isinstance(message, Response):
-                        self._answer_question(message.id, Reply(result=message.result))
-                    elif isinstance(message, ErrorResponse):
-                        if message.id is not None:
-                            self._answer_question(message.id, Reply(error=message.error, code=message.code,
-                                                                    message=message.message))
-                    else:
-                        await self._on_invalid(message)
-            nursery.cancel_scope.cancel()
+    def detach(self, link: HostLink) -> None:
+        self._links.discard(link)
 
-    def _start_request(self, request: Request, nursery: trio.Nursery) -> None:
-        key = _id_key(decode_json(request.id))
-        if key in self._tasks:
-            nursery.start_soon(self._send, encode_error(request.id, INVALID_REQUEST, "request id already in use"))
-            return
-        if request.method == "initialize":
-            refused = self._accept_initialize(request)
-            if refused is not None:
-                nursery.start_soon(self._send, refused)
-                return
-        scope = trio.CancelScope()
-        self._tasks[key] = scope
-        nursery.start_soon(self._run_request, request, key, scope)
+    # -- requests from hosts ------------------------------------------------------------------------------------
 
-    async def _run_request(self, request: Request, key: tuple[str, object], scope: trio.CancelScope) -> None:
-        out: bytes | None = None
-        with scope:
-            try:
-                out = await self._dispatch(request)
-            except WardenError as exc:
-                out = _rpc_error(request.id, exc)
-            finally:
-                self._tasks.pop(key, None)
-        if out is not None and not scope.cancelled_caught:
-            await self._send(out)
-        # A request the host cancelled gets no response.
-
-    async def _on_notification(self, note: Notification) -> None:
-        if note.method == "notifications/cancelled":
-            params = decode_object(note.params)
-            scope = self._tasks.get(_id_key(params.get("requestId")))
-            if scope is not None:
-                scope.cancel()  # PX19: the upstream request is cancelled as its task unwinds
-        elif note.method == "notifications/initialized":
-            if self._legacy is not None:
-                self._legacy.initialized = True
-        elif note.method == "notifications/roots/list_changed":
-            if self._legacy is not None and self.upstream.description is not None \
-                    and self.upstream.description.era is Era.LEGACY:
-                await self.upstream.notify(note.method)
-        else:
-            log.debug("host notification %s not forwarded", note.method)
-
-    async def _on_invalid(self, message: Invalid | Oversized) -> None:
-        if isinstance(message, Oversized):
-            id_raw, is_request = scan_prefix(message.prefix)
-            code = INVALID_REQUEST
-            reason = f"message of {message.size}+ bytes exceeds the {self._channel.max_message_size}-byte limit"
-        else:
-            id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
-        log.warning("invalid message from the host: %s", reason)
-        if id_raw is not None and is_request:
-            await self._send(encode_error(id_raw, code, reason))
-
-    async def _send(self, message: bytes) -> None:
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
         try:
-            await self._channel.send(message)
-        except trio.ClosedResourceError:
-            log.debug("host went away before a message could be sent")
+            return await self._dispatch(request, link, sink)
+        except WardenError as exc:
+            return _rpc_error(request.id, exc)
 
-    # -- dispatch -----------------------------------------------------------------------------------------------
-
-    async def _dispatch(self, request: Request) -> bytes:
+    async def _dispatch(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         method = request.method
         if method == "initialize":
-            return encode_result(request.id, await self._initialize())
+            return encode_result(request.id, encode_json(await self._initialize(link)))
         params = decode_object(request.params)
         version, capabilities = read_request_meta(params)
         if version is not None:
@@ -258,12 +257,12 @@ class HostSession:
             level = meta.get(META_LOG_LEVEL)
             if level is not None and level not in LOG_LEVELS:
                 return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
-            ctx = _Context(Era.MODERN, version, capabilities, level, meta.get("progressToken"))
+            ctx = Context(Era.MODERN, version, capabilities, level, meta.get("progressToken"))
             self.upstream.set_legacy_capabilities({})
-        elif self._legacy is not None:
+        elif link.legacy is not None:
             meta = params.get("_meta")
             token = meta.get("progressToken") if isinstance(meta, dict) else None
-            ctx = _Context(Era.LEGACY, self._legacy.version, self._legacy.capabilities, self._legacy.log_level, token)
+            ctx = Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, link.legacy.log_level, token)
         else:
             return encode_error(request.id, INVALID_PARAMS,
                                 "send initialize first, or carry the 2026-07-28 _meta (protocolVersion and "
@@ -275,40 +274,36 @@ class HostSession:
         if method == "server/discover":
             return encode_result(request.id, encode_json(await self._discover()))
         if method in LIST_METHODS:
-            return await self._list(request, ctx, params)
+            return await self._list(request, ctx, params, sink)
         if method == "logging/setLevel":
-            return await self._set_level(request, params)
+            return await self._set_level(request, link, params, sink)
         if method in ("resources/subscribe", "resources/unsubscribe", "subscriptions/listen") \
                 or method.startswith("tasks/"):
             description = await self.upstream.wait_connected()
             if description.era is not ctx.era or method.startswith("tasks/"):
                 return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
-        return await self._forward(request, ctx, params)
+        if method in MRTR_REQUESTS:
+            entry = _InFlight(link, sink, ctx)
+            self._in_flight.add(entry)
+            try:
+                return await self._forward(request, ctx, params, sink)
+            finally:
+                self._in_flight.discard(entry)
+        return await self._forward(request, ctx, params, sink)
 
-    def _accept_initialize(self, request: Request) -> bytes | None:
-        """Take the legacy handshake's state at once, in the reader, so requests pipelined behind ``initialize``
-        already see a legacy host. Returns an error to send instead, if the handshake is refused."""
-        if self._legacy is not None:
-            return encode_error(request.id, INVALID_REQUEST, "initialize was already received")
-        params = decode_object(request.params)
-        capabilities = params.get("capabilities")
-        self._legacy = _LegacyHost(negotiate_legacy(params.get("protocolVersion")),
-                                   capabilities if isinstance(capabilities, dict) else {}, params.get("clientInfo"))
-        self.upstream.set_legacy_capabilities(routable_client_capabilities(self._legacy.capabilities))
-        return None
-
-    async def _initialize(self) -> bytes:
-        assert self._legacy is not None
+    async def _initialize(self, link: HostLink) -> dict[str, Any]:
+        assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
+        self.upstream.set_legacy_capabilities(routable_client_capabilities(link.legacy.capabilities))
         description = await self.upstream.wait_connected()
         result: dict[str, Any] = {
-            "protocolVersion": self._legacy.version,
+            "protocolVersion": link.legacy.version,
             "capabilities": present_capabilities(description.capabilities, upstream_era=description.era,
                                                  host_era=Era.LEGACY),
             "serverInfo": dict(description.server_info),
         }
         if description.instructions is not None:
             result["instructions"] = description.instructions
-        return encode_json(result)
+        return result
 
     async def _discover(self) -> dict[str, Any]:
         description = await self.upstream.wait_connected()
@@ -325,35 +320,36 @@ class HostSession:
             result["instructions"] = description.instructions
         return result
 
-    async def _set_level(self, request: Request, params: dict[str, Any]) -> bytes:
-        assert self._legacy is not None
+    async def _set_level(self, request: Request, link: HostLink, params: dict[str, Any], sink: Sink) -> bytes:
+        assert link.legacy is not None
         level = params.get("level")
         if level not in LOG_LEVELS:
             return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
         description = await self.upstream.wait_connected()
         if description.era is Era.LEGACY:
-            return await self._forward(request, _Context(Era.LEGACY, self._legacy.version, {}, None), params)
-        self._legacy.log_level = str(level)  # modern servers take the level per request (MS19)
+            return await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None), params, sink)
+        link.legacy.log_level = str(level)  # modern servers take the level per request (MS19)
         return encode_result(request.id, b"{}")
 
     # -- forwarding ---------------------------------------------------------------------------------------------
 
-    async def _call_upstream(self, method: str, params: Mapping[str, Any], ctx: _Context) -> Reply:
+    async def _call_upstream(self, method: str, params: Mapping[str, Any], ctx: Context, sink: Sink) -> Reply:
         async def progress(update: dict[str, Any]) -> None:
             if ctx.progress_token is None:
                 return
             forwarded = dict(update)
             forwarded["progressToken"] = ctx.progress_token
-            await self._send(encode_notification("notifications/progress", encode_json(forwarded)))
+            with contextlib.suppress(trio.ClosedResourceError):
+                await sink.send(encode_notification("notifications/progress", encode_json(forwarded)))
 
         return await self.upstream.request(
             method, params, capabilities=routable_client_capabilities(ctx.capabilities), log_level=ctx.log_level,
             on_progress=progress)
 
-    async def _forward(self, request: Request, ctx: _Context, params: dict[str, Any]) -> bytes:
+    async def _forward(self, request: Request, ctx: Context, params: dict[str, Any], sink: Sink) -> bytes:
         description = await self.upstream.wait_connected()
         forwarded = strip_host_meta(params)
-        reply = await self._call_upstream(request.method, forwarded, ctx)
+        reply = await self._call_upstream(request.method, forwarded, ctx, sink)
         for _ in range(MAX_INPUT_ROUNDS):
             if not reply.ok:
                 assert reply.error is not None
@@ -366,7 +362,8 @@ class HostSession:
                 if ctx.era is Era.MODERN:
                     return encode_result(request.id, reply.result)
                 if kind == "input_required":
-                    reply = await self._relay_input_required(request.method, forwarded, ctx, reply.result_dict())
+                    reply = await self._relay_input_required(request.method, forwarded, ctx, sink,
+                                                             reply.result_dict())
                     continue
                 return encode_result(request.id, encode_json(to_legacy_result(reply.result_dict())))
             return encode_result(request.id, encode_json(
@@ -380,19 +377,21 @@ class HostSession:
         except msgspec.DecodeError as exc:
             raise RemoteProtocolError("the server's resultType is not a string", jsonrpc_code=INTERNAL_ERROR) from exc
 
-    async def _relay_input_required(self, method: str, params: dict[str, Any], ctx: _Context,
+    async def _relay_input_required(self, method: str, params: dict[str, Any], ctx: Context, sink: Sink,
                                     result: dict[str, Any]) -> Reply:
         """PX08: a modern server asked for input and the host is legacy: ask each input request on the wire, then
         retry upstream with the answers and the server's own ``requestState``, byte for byte (MS36–MS40)."""
         requests = result.get("inputRequests") or {}
         if not isinstance(requests, dict):
             raise RemoteProtocolError("inputRequests must be an object", jsonrpc_code=INTERNAL_ERROR)
+        link = self._link_of(sink)
         responses: dict[str, Any] = {}
         for key, question in requests.items():
             if not isinstance(question, dict) or question.get("method") not in INPUT_REQUEST_METHODS:
                 raise RemoteProtocolError(f"input request {key!r} is not a question warden can ask",
                                           jsonrpc_code=INTERNAL_ERROR)
-            answer = await self.ask_host(str(question["method"]), question.get("params") or {}, ctx.capabilities)
+            answer = await self._ask(link, sink, str(question["method"]), question.get("params") or {},
+                                     ctx.capabilities)
             if not answer.ok:
                 raise RemoteProtocolError(f"the client could not answer the server's {question['method']}: "
                                           f"{answer.message}", jsonrpc_code=answer.code or INTERNAL_ERROR)
@@ -404,9 +403,16 @@ class HostSession:
             retry["inputResponses"] = responses
         if "requestState" in result:
             retry["requestState"] = result["requestState"]
-        return await self._call_upstream(method, retry, ctx)
+        return await self._call_upstream(method, retry, ctx, sink)
 
-    async def _list(self, request: Request, ctx: _Context, params: dict[str, Any]) -> bytes:
+    def _link_of(self, sink: Sink) -> HostLink:
+        for entry in self._in_flight:
+            if entry.sink is sink:
+                return entry.link
+        raise RemoteProtocolError("the server asked for input outside a request that may ask",
+                                  jsonrpc_code=INTERNAL_ERROR)
+
+    async def _list(self, request: Request, ctx: Context, params: dict[str, Any], sink: Sink) -> bytes:
         """Follow every page upstream (MS14, MS15) and answer with one complete list."""
         if params.get("cursor") is not None:
             return encode_error(request.id, INVALID_PARAMS, "invalid cursor (warden returns complete lists)")
@@ -421,7 +427,7 @@ class HostSession:
             page_params = dict(forwarded)
             if cursor is not None:
                 page_params["cursor"] = cursor
-            reply = await self._call_upstream(request.method, page_params, ctx)
+            reply = await self._call_upstream(request.method, page_params, ctx, sink)
             if not reply.ok:
                 assert reply.error is not None
                 return encode_error_object(reply.error, request.id)
@@ -452,52 +458,50 @@ class HostSession:
             result["cacheScope"] = "private" if private else "public"
         return encode_result(request.id, encode_json(result))
 
+    # -- notifications from hosts -------------------------------------------------------------------------------
+
+    async def host_notification(self, note: Notification, link: HostLink) -> None:
+        """A host notification other than ``notifications/cancelled`` (which the transport maps to its task)."""
+        if note.method == "notifications/initialized":
+            if link.legacy is not None:
+                link.legacy.initialized = True
+        elif note.method == "notifications/roots/list_changed":
+            description = self.upstream.description
+            if link.legacy is not None and description is not None and description.era is Era.LEGACY:
+                await self.upstream.notify(note.method)
+        else:
+            log.debug("host notification %s not forwarded", note.method)
+
     # -- the upstream's traffic (UpstreamHandler) ---------------------------------------------------------------
 
     async def on_notification(self, method: str, params: bytes | None) -> None:
-        host_era = Era.LEGACY if self._legacy is not None else Era.MODERN
-        if method not in SERVER_NOTIFICATIONS[host_era]:
-            log.debug("server notification %s not forwarded to a %s host", method, host_era.value)
-            return
-        await self._send(encode_notification(method, params))
+        message = encode_notification(method, params)
+        for link in list(self._links):
+            if link.unsolicited is None or method not in SERVER_NOTIFICATIONS[link.era]:
+                continue
+            with contextlib.suppress(trio.ClosedResourceError):
+                await link.unsolicited.send(message)
 
     async def on_server_request(self, method: str, params: dict[str, Any]) -> Reply:
-        if self._legacy is None:
-            return Reply.failure(METHOD_NOT_FOUND, "the client is a 2026-07-28 client; it takes no requests")
-        return await self.ask_host(method, params, self._legacy.capabilities)
+        """A legacy server's question: to the one legacy host whose request is in flight, else the only one."""
+        links = {entry.link: entry for entry in self._in_flight}
+        if len(links) == 1:
+            entry = next(iter(links.values()))
+            if entry.link.legacy is not None:
+                return await self._ask(entry.link, entry.sink, method, params, entry.link.legacy.capabilities)
+        elif not links:
+            legacy = [link for link in self._links if link.legacy is not None and link.unsolicited is not None]
+            if len(legacy) == 1 and legacy[0].legacy is not None and legacy[0].unsolicited is not None:
+                return await self._ask(legacy[0], legacy[0].unsolicited, method, params,
+                                       legacy[0].legacy.capabilities)
+        return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
-    async def ask_host(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any]) -> Reply:
-        """Ask the host a server's question under a warden id (PX17), if it declared the capability (PX01–PX04)."""
+    async def _ask(self, link: HostLink, sink: Sink, method: str, params: Mapping[str, Any],
+                   capabilities: Mapping[str, Any]) -> Reply:
+        """Ask a host a server's question if it declared the capability (PX01–PX04)."""
         refusal = check_question(method, params, capabilities)
         if refusal is not None:
             log.info("%s: %s refused: %s", self._name, method, refusal.reason)
             return Reply.failure(refusal.code, refusal.reason)
         body = scope_sampling(dict(params)) if method == "sampling/createMessage" else dict(params)
-        self._next_question += 1
-        id_raw = b'"warden-%d"' % self._next_question
-        question = _Question()
-        self._questions[id_raw] = question
-        try:
-            await self._channel.send(encode_request(id_raw, method, encode_json(body)))
-            with trio.move_on_after(self._question_timeout):
-                await question.event.wait()
-        except trio.ClosedResourceError:
-            pass
-        finally:
-            self._questions.pop(id_raw, None)
-        if question.reply is None:
-            await self._send(encode_notification("notifications/cancelled", encode_json(
-                {"requestId": id_raw.decode().strip('"'), "reason": "no answer in time"})))
-            return Reply.failure(REQUEST_TIMEOUT, f"the client did not answer {method} in time")
-        return question.reply
-
-    def _answer_question(self, id_raw: bytes, reply: Reply) -> None:
-        question = self._questions.pop(id_raw, None)
-        if question is None:
-            log.warning("dropped a response from the host to unknown id %s", id_raw[:64].decode("utf-8", "replace"))
-            return
-        question.reply = reply
-        question.event.set()
-
-    async def describe(self) -> ServerDescription:
-        return await self.upstream.wait_connected()
+        return await link.ask(sink, method, body)

@@ -184,6 +184,13 @@ def parse_message(data: bytes) -> Message:
     return Invalid(INVALID_REQUEST, "neither a request, a notification nor a response", raw_id, False, data)
 
 
+def id_key(value: object) -> tuple[str, object]:
+    """A hashable key for a JSON-RPC id decoded to Python, so ``1`` and ``"1"`` stay apart (``1`` and ``1.0`` are
+    the same number, and the same request, to every JSON parser that matters)."""
+    return (type(value).__name__ if not isinstance(value, float) else "int",
+            value if isinstance(value, str | int | float) else repr(value))
+
+
 # --- encoding -----------------------------------------------------------------------------------------------------
 
 _json_encode = msgspec.json.encode

@@ -60,6 +60,7 @@ from warden.protocol.messages import (
     encode_request,
     encode_result,
     error_object,
+    id_key,
     scan_prefix,
 )
 from warden.protocol.probe import (
@@ -331,7 +332,7 @@ class _Session:
             return
         if note.method == "notifications/cancelled":
             params = self._params(note.params)
-            scope = self._server_requests.get(_id_key(params.get("requestId")))
+            scope = self._server_requests.get(id_key(params.get("requestId")))
             if scope is not None:
                 scope.cancel()
                 return
@@ -349,7 +350,7 @@ class _Session:
         nursery.start_soon(self._serve_server_request, request)
 
     async def _serve_server_request(self, request: Request) -> None:
-        key = _id_key(decode_json(request.id))
+        key = id_key(decode_json(request.id))
         reply = Reply.failure(INTERNAL_ERROR, "warden could not answer this request")
         with trio.CancelScope() as scope:
             self._server_requests[key] = scope
@@ -402,11 +403,6 @@ class _Session:
         self._progress.clear()
         for scope in self._server_requests.values():
             scope.cancel()
-
-
-def _id_key(value: object) -> tuple[str, object]:
-    """A hashable key for a JSON-RPC id decoded to Python (so 1 and "1" stay apart)."""
-    return (type(value).__name__, value if isinstance(value, str | int | float) else repr(value))
 
 
 @final
