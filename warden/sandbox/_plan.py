@@ -237,8 +237,8 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         parts = PurePosixPath(mount.dest).parts
         for depth in range(2, len(parts)):
             ancestor = str(PurePosixPath(*parts[:depth]))
-            if ancestor in created or any(_under(ancestor, m.dest) for m in mounted):
-                continue
+            if ancestor in created or any(_under(ancestor, m.dest) for m in mounted if m.op in ("ro-bind", "bind")):
+                continue  # a host directory shows through there, with its own permissions
             ordered.append(Mount("dir", ancestor, perms=0o755, why="mount point parent, traversable by the sandbox"))
             created.add(ancestor)
         ordered.append(mount)

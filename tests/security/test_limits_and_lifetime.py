@@ -1,0 +1,239 @@
+"""B.8 rows that need a sandbox of their own: resource bombs (19-23), lifetime escapes (25-28) and terminal
+injection under a real pty (11). Each runs the probe through the production launcher from a root warden and from
+an unprivileged one, except where noted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pty
+import secrets
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.security.harness import (
+    IS_ROOT,
+    SYSTEM_PYTHON,
+    USER_PARENT,
+    World,
+    make_world,
+    probe_argv,
+    run_probe,
+    sandbox_processes,
+    user_command,
+)
+from warden.launcher import LaunchSpec
+from warden.sandbox import make_launcher
+from warden.sandbox._bwrap_binary import locate_bwrap
+
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="these attacks drive a root warden and an unprivileged one "
+                                                    "(setpriv): they need root")
+PARENTS = ["root", "user"]
+
+
+@pytest.fixture(scope="module")
+def world() -> Iterator[World]:
+    with make_world() as built:
+        yield built
+
+
+def _wait_for(condition: object, *, attempts: int = 300) -> bool:
+    """Poll ``condition()`` every 50 ms until true (no wall-clock assertion: a bound on attempts)."""
+    import time
+
+    for _ in range(attempts):
+        if condition():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# ---- 19-23: resource exhaustion --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_19_fork_bomb_stops_at_the_process_limit(world: World, parent: str) -> None:
+    outcome = run_probe(world, parent, "forkbomb", limits={"processes": 32}, fork_cap=400)
+    result = outcome.result()
+    assert result["errno"] == "EAGAIN"
+    assert 8 <= result["forked"] < 32  # RLIMIT_NPROC counts the sandbox's own processes (bwrap init, probe)
+    assert outcome.rc == 0
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_20_memory_bomb_hits_the_data_limit(world: World, parent: str) -> None:
+    outcome = run_probe(world, parent, "membomb", limits={"memory_mb": 128}, mem_cap_mb=1024)
+    result = outcome.result()
+    assert result["error"] == "MemoryError"
+    assert 16 <= result["allocated_mb"] < 128
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_21_cpu_spin_is_killed_by_sigxcpu(world: World, parent: str) -> None:
+    outcome = run_probe(world, parent, "cpuspin", limits={"cpu_seconds": 1})
+    assert not outcome.timed_out
+    assert outcome.rc == 128 + signal.SIGXCPU  # bwrap reports a signal death as 128 + N
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_22_disk_fill_stops_at_tmpfs_size_and_file_size(world: World, parent: str) -> None:
+    """Python ignores SIGXFSZ, so RLIMIT_FSIZE shows up as EFBIG rather than a kill (E11's shell saw 153)."""
+    outcome = run_probe(world, parent, "diskfill", limits={"tmp_size_mb": 4, "file_size_mb": 8}, fill_cap_mb=32)
+    result = outcome.result()
+    assert result["tmp"]["errno"] == "ENOSPC"
+    assert result["tmp"]["written_mb"] <= 4
+    assert result["home"]["errno"] == "ENOSPC"
+    assert result["home"]["written_mb"] <= 4
+    assert result["workspace"] == {"errno": "EFBIG", "written_mb": 8}
+    big = world.workspaces[parent] / "big"
+    assert big.stat().st_size == 8 * 1024 * 1024
+    big.unlink()
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_23_descriptor_flood_stops_at_the_open_files_limit(world: World, parent: str) -> None:
+    outcome = run_probe(world, parent, "fdflood", limits={"open_files": 64})
+    result = outcome.result()
+    assert result["errno"] == "EMFILE"
+    assert 50 <= result["opened"] < 64
+
+
+# ---- 25-28: lifetime ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_25_daemonized_children_do_not_outlive_the_server(world: World, parent: str) -> None:
+    token = f"1000.{secrets.randbelow(10**9)}"
+    outcome = run_probe(world, parent, "daemonize", token=token)
+    assert outcome.result() == {"ok": "daemonized"}
+    assert outcome.rc == 0
+    assert sandbox_processes(token) == []  # gone by the time wait() returned
+
+
+def _start_parent(world: World, parent: str, token: str) -> subprocess.Popen[bytes]:
+    settings = world.settings(parent)
+    job = {"settings": settings.model_dump(mode="json"), "argv": probe_argv("sleep", world.config(parent, token=token)),
+           "env": {}, "state_dir": str(world.states[parent]), "stdin": "", "timeout": 600,
+           "host_env": {"PATH": "/usr/bin:/bin", "HOME": tempfile.gettempdir()}}
+    job_file = world.base / f"job-{token}.json"
+    job_file.write_text(json.dumps(job))
+    job_file.chmod(0o644)
+    command = ([sys.executable, str(USER_PARENT), str(job_file)] if parent == "root"
+               else user_command(SYSTEM_PYTHON, str(USER_PARENT), str(job_file)))
+    return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_26_killing_warden_kills_the_sandbox(world: World, parent: str) -> None:
+    token = f"token-{secrets.token_hex(8)}"
+    warden = _start_parent(world, parent, token)
+    try:
+        assert _wait_for(lambda: len(sandbox_processes(token)) >= 1), warden.stderr.read1() if warden.stderr else b""
+        warden.send_signal(signal.SIGKILL)
+        assert warden.wait() == -signal.SIGKILL
+        assert _wait_for(lambda: sandbox_processes(token) == []), sandbox_processes(token)
+    finally:
+        warden.kill()
+        warden.wait()
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_28_kill_minus_one_reaches_only_the_sandbox(world: World, parent: str) -> None:
+    outcome = run_probe(world, parent, "killall")
+    result = outcome.result()
+    assert result["kill"] == {"ok": None}  # it signalled something: its own sibling
+    assert result["sibling_status"] == -signal.SIGKILL
+    assert world.sleeper.poll() is None  # the host process (same uid as the unprivileged warden) lives
+
+
+async def test_B08_27_a_sandbox_launched_for_a_thread_that_exits_keeps_running(world: World) -> None:
+    """E12 regression: PR_SET_PDEATHSIG fires when the *thread* that forked exits. warden forks on the trio thread,
+    so a caller in a short-lived thread does not doom the sandbox."""
+    launcher = make_launcher(world.settings("root"), state_dir=world.states["root"])
+    spec = LaunchSpec(argv=tuple(probe_argv("wait_stdin", world.config("root"))))
+    token = trio.lowlevel.current_trio_token()
+    box: dict[str, object] = {}
+
+    def short_lived() -> None:
+        box["child"] = trio.from_thread.run(launcher.launch, spec, trio_token=token)
+
+    thread = threading.Thread(target=short_lived)
+    thread.start()
+    await trio.to_thread.run_sync(thread.join)
+    assert not thread.is_alive()
+    child = box["child"]
+    await child.stdin.send_all(b"still-alive?\n")  # type: ignore[attr-defined]
+    line = b""
+    with trio.fail_after(30):
+        while b"\n" not in line:
+            chunk = await child.stdout.receive_some()  # type: ignore[attr-defined]
+            assert chunk, "the sandbox died with the thread"
+            line += chunk
+    assert json.loads(line)["echo"] == "still-alive?"
+    await child.stdin.aclose()  # type: ignore[attr-defined]
+    assert await child.wait() == 0  # type: ignore[attr-defined]
+
+
+def test_B08_27_control_die_with_parent_really_is_per_thread() -> None:
+    """The hazard the previous test guards against is real on this machine: bwrap started from a thread that then
+    exits is SIGKILLed at once."""
+    bwrap = locate_bwrap(dict(os.environ)).path
+    box: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start() -> None:
+        box["p"] = subprocess.Popen([bwrap, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib64", "/lib64",
+                                     "--symlink", "usr/lib", "/lib", "--die-with-parent", "--unshare-pid",
+                                     "/usr/bin/sleep", "1000"])
+        # Give bwrap time to reach prctl(PR_SET_PDEATHSIG) before this thread exits (E12's race).
+        import time
+
+        time.sleep(0.5)
+
+    thread = threading.Thread(target=start)
+    thread.start()
+    thread.join()
+    assert box["p"].wait(timeout=30) == -signal.SIGKILL
+
+
+# ---- 11 under a real terminal ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("parent", PARENTS)
+def test_B08_11_tiocsti_from_a_sandbox_never_reaches_warden_s_terminal(world: World, parent: str) -> None:
+    settings = world.settings(parent)
+    job = {"settings": settings.model_dump(mode="json"), "argv": probe_argv("tty", world.config(parent)),
+           "env": {}, "state_dir": str(world.states[parent]), "stdin": "", "timeout": 60,
+           "host_env": {"PATH": "/usr/bin:/bin", "HOME": tempfile.gettempdir()}}
+    job_file = world.base / f"tty-{parent}.json"
+    job_file.write_text(json.dumps(job))
+    job_file.chmod(0o644)
+    command = ([sys.executable, str(USER_PARENT), str(job_file)] if parent == "root"
+               else user_command(SYSTEM_PYTHON, str(USER_PARENT), str(job_file)))
+    pid, master = pty.fork()
+    if pid == 0:  # pragma: no cover - the child execs at once
+        os.execv(command[0], command)
+    output = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the terminal's last user left
+            break
+        if not chunk:
+            break
+        output += chunk
+    os.close(master)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), output
+    assert os.WEXITSTATUS(status) == 0, output
+    assert b"Z" not in output  # an injected keystroke would be echoed by the terminal
+    answer = json.loads(output.decode().strip().splitlines()[-1])
+    tty = json.loads(answer["stdout"].strip().splitlines()[-1])
+    assert tty["dev_tty"] == {"errno": "ENXIO"}
+    assert [tty[f"tiocsti_{fd}"] for fd in (0, 1, 2)] == [{"errno": "EPERM"}] * 3
+    assert Path(job_file).exists()
