@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.context import ClientRequestContext
 from mcp.types import (
@@ -66,38 +65,39 @@ def text_of(result: Any) -> str:
     return "".join(block.text for block in result.content if isinstance(block, TextContent))
 
 
-@pytest.mark.parametrize(("mode", "version"), [("legacy", "2025-11-25"), ("auto", "2026-07-28")])
-async def test_fixture_offers_every_harness_name(mode: str, version: str) -> None:
-    async with Client(fixture_params(), mode=mode) as client:
-        assert client.protocol_version == version
-        tools = {tool.name for tool in (await client.list_tools()).tools}
-        prompts = {prompt.name for prompt in (await client.list_prompts()).prompts}
-        resources = {str(resource.uri) for resource in (await client.list_resources()).resources}
-        templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-        assert tools == HARNESS_TOOLS
-        assert prompts == HARNESS_PROMPTS
-        assert resources == HARNESS_RESOURCES
-        assert templates == {"test://template/{id}/data"}
-        assert text_of(await client.call_tool("test_simple_text", {})) == "This is a simple text response for testing."
-        error = await client.call_tool("test_error_handling", {})
-        assert error.is_error
-        assert text_of(error) == "This tool intentionally returns an error for testing"
+async def check_names(client: Client) -> None:
+    tools = {tool.name for tool in (await client.list_tools()).tools}
+    prompts = {prompt.name for prompt in (await client.list_prompts()).prompts}
+    resources = {str(resource.uri) for resource in (await client.list_resources()).resources}
+    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    assert tools == HARNESS_TOOLS
+    assert prompts == HARNESS_PROMPTS
+    assert resources == HARNESS_RESOURCES
+    assert templates == {"test://template/{id}/data"}
+    assert text_of(await client.call_tool("test_simple_text", {})) == "This is a simple text response for testing."
+    error = await client.call_tool("test_error_handling", {})
+    assert error.is_error
+    assert text_of(error) == "This tool intentionally returns an error for testing"
 
 
-async def test_fixture_legacy_server_to_client_requests() -> None:
-    """2025-11-25: the fixture asks the client mid-call, on the wire."""
+async def test_fixture_legacy_era() -> None:
+    """2025-11-25: every harness name is there, and the fixture asks the client mid-call, on the wire."""
     async with Client(fixture_params(), mode="legacy", elicitation_callback=answer_elicitation,
                       sampling_callback=answer_sampling) as client:
+        assert client.protocol_version == "2025-11-25"
+        await check_names(client)
         assert text_of(await client.call_tool("test_sampling", {"prompt": "capital?"})) == "LLM response: Paris"
         elicited = text_of(await client.call_tool("test_elicitation", {"message": "who?"}))
         assert elicited.startswith("User response: Elicitation completed: action=accept")
 
 
-async def test_fixture_modern_input_required_rounds() -> None:
-    """2026-07-28: the same questions arrive as InputRequiredResult and the SDK client's retries finish them."""
+async def test_fixture_modern_era() -> None:
+    """2026-07-28: the same names, and questions arrive as InputRequiredResult; the SDK client's retries finish
+    them (requestState echoed, sealed by the SDK)."""
     async with Client(fixture_params(), mode="auto", elicitation_callback=answer_elicitation,
                       sampling_callback=answer_sampling, list_roots_callback=answer_roots) as client:
         assert client.protocol_version == "2026-07-28"
+        await check_names(client)
         assert text_of(await client.call_tool("test_input_required_result_elicitation", {})) == "Hello, Alice!"
         assert text_of(await client.call_tool("test_input_required_result_sampling", {})) == "Model said: Paris"
         roots = text_of(await client.call_tool("test_input_required_result_list_roots", {}))
