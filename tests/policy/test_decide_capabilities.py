@@ -43,11 +43,15 @@ elicitation = "url"
 def test_host_capabilities_parsing() -> None:
     assert HostCapabilities.from_client_capabilities({"elicitation": {}}).elicitation_form
     url_only = HostCapabilities.from_client_capabilities({"elicitation": {"url": {}}})
-    assert url_only.elicitation_url and not url_only.elicitation_form
+    assert url_only.elicitation_url
+    assert not url_only.elicitation_form
     both = HostCapabilities.from_client_capabilities({"elicitation": {"form": {}, "url": {}}})
-    assert both.elicitation_form and both.elicitation_url
+    assert both.elicitation_form
+    assert both.elicitation_url
     s = HostCapabilities.from_client_capabilities({"sampling": {"tools": {}}})
-    assert s.sampling and s.sampling_tools and not s.sampling_context
+    assert s.sampling
+    assert s.sampling_tools
+    assert not s.sampling_context
     assert HostCapabilities.from_client_capabilities(None) == HostCapabilities()
     assert not HostCapabilities.from_client_capabilities({"sampling": True}).sampling
 
@@ -55,23 +59,27 @@ def test_host_capabilities_parsing() -> None:
 def test_PX01_sampling_needs_the_host_capability(tmp_path: Path) -> None:
     sp = server(tmp_path, user=OPEN)
     d = decide(SamplingFacts(sp, HostCapabilities()))
-    assert d.effect is Effect.DENY and "host did not declare the sampling capability" in d.reason
+    assert d.effect is Effect.DENY
+    assert "host did not declare the sampling capability" in d.reason
     assert "PX01" in str(d.rule)
     assert decide(SamplingFacts(sp, HostCapabilities(sampling=True))).allowed
 
 
 def test_sampling_off_by_policy(tmp_path: Path) -> None:
     d = decide(SamplingFacts(server(tmp_path), ALL))
-    assert d.effect is Effect.DENY and d.rule.key == "capabilities.sampling"
+    assert d.effect is Effect.DENY
+    assert d.rule.key == "capabilities.sampling"
 
 
 def test_PX03_SA07_tools_in_sampling(tmp_path: Path) -> None:
     sp = server(tmp_path, user=OPEN)
     d = decide(SamplingFacts(sp, HostCapabilities(sampling=True), has_tools=True))
-    assert d.effect is Effect.DENY and "sampling.tools" in d.reason
+    assert d.effect is Effect.DENY
+    assert "sampling.tools" in d.reason
     on_only = server(tmp_path, user="[servers.s.capabilities]\nsampling='on'\n")
     d = decide(SamplingFacts(on_only, ALL, has_tools=True))
-    assert d.effect is Effect.DENY and "with tools" in d.reason
+    assert d.effect is Effect.DENY
+    assert "with tools" in d.reason
     assert decide(SamplingFacts(sp, ALL, has_tools=True)).allowed
 
 
@@ -85,13 +93,15 @@ def test_PX04_PX06_include_context_is_scoped(tmp_path: Path, ic: str | None, sin
     sp = server(tmp_path, user=OPEN)
     host = HostCapabilities(sampling=True, sampling_context=host_ctx)
     d = decide(SamplingFacts(sp, host, include_context=ic, single_upstream=single))
-    assert d.allowed and d.include_context == expected
+    assert d.allowed
+    assert d.include_context == expected
 
 
 def test_include_context_needs_policy(tmp_path: Path) -> None:
     sp = server(tmp_path, user="[servers.s.capabilities]\nsampling='on'\n")
     d = decide(SamplingFacts(sp, ALL, include_context="thisServer", single_upstream=True))
-    assert d.include_context == "none" and "sampling_context" in d.reason
+    assert d.include_context == "none"
+    assert "sampling_context" in d.reason
 
 
 def test_PX01_elicitation_form(tmp_path: Path) -> None:
@@ -116,14 +126,16 @@ def test_PX01_elicitation_form(tmp_path: Path) -> None:
 ])
 def test_EL03_EL07_form_schema_checks(tmp_path: Path, schema: dict[str, object], why: str) -> None:
     d = decide(ElicitationFacts(server(tmp_path, user=OPEN), ALL, "form", requested_schema=schema))
-    assert d.effect is Effect.DENY and why in d.reason
+    assert d.effect is Effect.DENY
+    assert why in d.reason
 
 
 def test_PX02_url_mode_needs_elicitation_url(tmp_path: Path) -> None:
     sp = server(tmp_path, user=OPEN)
     url = "https://auth.example.com/connect?state=abc"
     d = decide(ElicitationFacts(sp, HostCapabilities(elicitation_form=True), "url", url=url))
-    assert d.effect is Effect.DENY and "elicitation.url" in d.reason
+    assert d.effect is Effect.DENY
+    assert "elicitation.url" in d.reason
     assert decide(ElicitationFacts(sp, HostCapabilities(elicitation_url=True), "url", url=url)).allowed
     form_only = server(tmp_path, user="[servers.s.capabilities]\nelicitation='form'\n")
     assert decide(ElicitationFacts(form_only, ALL, "url", url=url)).effect is Effect.DENY
@@ -149,7 +161,8 @@ def test_roots_request_needs_policy_and_host(tmp_path: Path) -> None:
     assert decide(RootsRequestFacts(none, ALL)).effect is Effect.DENY
     sp = server(tmp_path, user=f"[servers.s.capabilities]\nroots=['{tmp_path}']\n")
     d = decide(RootsRequestFacts(sp, HostCapabilities()))
-    assert d.effect is Effect.DENY and "PX01" in str(d.rule)
+    assert d.effect is Effect.DENY
+    assert "PX01" in str(d.rule)
     assert decide(RootsRequestFacts(sp, ALL)).allowed
 
 
@@ -187,13 +200,18 @@ def test_RT05_normalised_roots_never_escape_by_dots(segments: list[str]) -> None
         path = normalize_file_uri(uri)
     except RootError:
         return
-    assert ".." not in path.split("/") and "." not in path.split("/") and "//" not in path
+    assert ".." not in path.split("/")
+    assert "." not in path.split("/")
+    assert "//" not in path
     assert normalize_file_uri(path_to_file_uri(path)) == path
 
 
 def test_within_is_component_wise() -> None:
-    assert within("/home/u", "/home/u") and within("/home/u/x", "/home/u") and within("/x", "/")
-    assert not within("/home/user", "/home/u") and not within("/home", "/home/u")
+    assert within("/home/u", "/home/u")
+    assert within("/home/u/x", "/home/u")
+    assert within("/x", "/")
+    assert not within("/home/user", "/home/u")
+    assert not within("/home", "/home/u")
 
 
 def test_RT07_roots_filtered_with_symlinks(tmp_path: Path) -> None:
@@ -222,7 +240,8 @@ def test_RT07_roots_filtered_with_symlinks(tmp_path: Path) -> None:
     assert "outside the directories" in reasons[2]  # lexically outside, even though its target is inside
     assert "outside the directories" in reasons[3]
     assert "names host" in reasons[4]
-    assert all(d.effect is Effect.DENY for _, d in refused) and len(refused) == 7
+    assert all(d.effect is Effect.DENY for _, d in refused)
+    assert len(refused) == 7
 
 
 # --- calls, lists, prompts, resources ------------------------------------------------------------------------
@@ -232,20 +251,25 @@ def test_DESIGN3_unknown_pending_changed_revoked_are_refused_with_the_approve_co
     for state, text in ((PinState.UNKNOWN, "not in server 's''s current list"), (PinState.PENDING, "is new"),
                         (PinState.CHANGED, "changed since it was approved"), (PinState.REVOKED, "was revoked")):
         d = decide(ToolCallFacts(sp, "add", state, A, {}))
-        assert d.effect is Effect.DENY and text in d.reason, d
+        assert d.effect is Effect.DENY, d
+        assert text in d.reason, d
         if state is not PinState.UNKNOWN:
-            assert d.hint is not None and "warden pins approve s add" in d.hint
+            assert d.hint is not None
+            assert "warden pins approve s add" in d.hint
     assert decide(ToolCallFacts(sp, "add", PinState.PENDING, A, {}, consent_channel=True)).effect is Effect.ASK
     assert decide(ToolCallFacts(sp, "add", PinState.REVOKED, A, {}, consent_channel=True)).effect is Effect.DENY
     d = decide(ToolCallFacts(sp, "add", A, PinState.CHANGED, {}))
-    assert d.effect is Effect.DENY and "changed its launch manifest" in d.reason and "pins review s" in (d.hint or "")
+    assert d.effect is Effect.DENY
+    assert "changed its launch manifest" in d.reason
+    assert "pins review s" in (d.hint or "")
 
 
 def test_on_new_deny_never_asks_in_band(tmp_path: Path) -> None:
     sp = server(tmp_path, user="[defaults]\non_new='deny'\non_changed='deny'\n")
     for state in (PinState.PENDING, PinState.CHANGED):
         d = decide(ToolCallFacts(sp, "add", state, A, {}, consent_channel=True))
-        assert d.effect is Effect.DENY and d.rule.key in ("defaults.on_new", "defaults.on_changed")
+        assert d.effect is Effect.DENY
+        assert d.rule.key in ("defaults.on_new", "defaults.on_changed")
 
 
 def test_confirm_binds_to_the_exact_arguments(tmp_path: Path) -> None:
@@ -253,9 +277,11 @@ def test_confirm_binds_to_the_exact_arguments(tmp_path: Path) -> None:
     args = {"path": "/tmp/x"}
     assert decide(ToolCallFacts(sp, "rm", A, A, args, consent_channel=True)).effect is Effect.CONFIRM
     d = decide(ToolCallFacts(sp, "rm", A, A, args))
-    assert d.effect is Effect.DENY and "no form elicitation" in d.reason
+    assert d.effect is Effect.DENY
+    assert "no form elicitation" in d.reason
     ok = decide(ToolCallFacts(sp, "rm", A, A, args, confirmed_arguments_digest=arguments_digest(args)))
-    assert ok.allowed and "exactly these arguments" in ok.reason
+    assert ok.allowed
+    assert "exactly these arguments" in ok.reason
     other = decide(ToolCallFacts(sp, "rm", A, A, {"path": "/etc"}, consent_channel=True,
                                  confirmed_arguments_digest=arguments_digest(args)))
     assert other.effect is Effect.CONFIRM
@@ -339,7 +365,8 @@ read_dirs = ["/srv"]
     assert "outside the org's read_dirs" in decide(LaunchFacts(bad)).reason
     declared = server(tmp_path, argv=("other",), user="[servers.s]\ncommand='srv'\nargs=['a']\n")
     d = decide(LaunchFacts(declared))
-    assert d.effect is Effect.DENY and "is configured to run 'srv a'" in d.reason
+    assert d.effect is Effect.DENY
+    assert "is configured to run 'srv a'" in d.reason
     assert decide(LaunchFacts(server(tmp_path, argv=()))).effect is Effect.DENY
 
 

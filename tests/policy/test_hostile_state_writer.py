@@ -68,7 +68,8 @@ async def test_DESIGN5_sandboxed_server_cannot_touch_pins(tmp_path: Path, state_
     after = _snapshot(state_dir)
     launcher_own = {k for k in after.keys() - before.keys() if k.startswith("sandbox")}  # the launcher's uid slots
     assert {k: v for k, v in after.items() if k not in launcher_own} == before
-    assert "pins.lock.evil" not in after and "forged.tmp" not in after
+    assert "pins.lock.evil" not in after
+    assert "forged.tmp" not in after
     fresh = PinStore(state_dir)
     assert fresh.state("writer", "tool", "add", digest(TOOL)) is PinState.APPROVED
     assert fresh.get("writer", "tool", "add").approved_by == "terminal"  # type: ignore[union-attr]

@@ -73,7 +73,7 @@ def _policy(org: dict[str, Any], user: dict[str, Any]) -> EffectivePolicy:
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(org_files, user_files, st.sampled_from(NAMES), st.sampled_from(list(PinState)),
-       st.sampled_from(list(PinState)), st.booleans(), st.sampled_from(DIRS + ["/etc", "/home/u/p/q"]))
+       st.sampled_from(list(PinState)), st.booleans(), st.sampled_from([*DIRS, "/etc", "/home/u/p/q"]))
 def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any], tool: str, pin: PinState,
                                        server_pin: PinState, channel: bool, path: str) -> None:
     """covers: issue 4 acceptance (layering property)."""
@@ -146,7 +146,8 @@ def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any]
 def test_unsandboxed_needs_the_org_to_say_so(tmp_path: Path) -> None:
     user = {"servers": {"s": {"command": "srv", "sandbox": {"kind": "none"}}}}
     d = decide(LaunchFacts(_policy({"org": {}}, user).server("s")))
-    assert d.effect is Effect.DENY and "sandbox kind 'none' is not allowed by the org policy" in d.reason
+    assert d.effect is Effect.DENY
+    assert "sandbox kind 'none' is not allowed by the org policy" in d.reason
     d = decide(LaunchFacts(_policy({"org": {"sandbox_kinds": ["none", "bwrap"]}}, user).server("s")))
     assert d.allowed
     no_org = EffectivePolicy(None, parse_policy(user, {}, path=Path("u.toml"), role="user")).server("s")

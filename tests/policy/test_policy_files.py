@@ -52,11 +52,15 @@ def test_bad_globs(pattern: str, error: str) -> None:
 
 
 def test_glob_semantics() -> None:
-    assert glob_match("read_*", "read_file") and not glob_match("read_*", "xread_file")
+    assert glob_match("read_*", "read_file")
+    assert not glob_match("read_*", "xread_file")
     assert glob_match("file:///home/*", "file:///home/a/b")
-    assert glob_match("[!a-c]x", "dx") and not glob_match("[!a-c]x", "bx")
-    assert glob_match("a\\*", "a*") and not glob_match("a\\*", "ab")
-    assert glob_match("?", "é") and not glob_match("?", "")
+    assert glob_match("[!a-c]x", "dx")
+    assert not glob_match("[!a-c]x", "bx")
+    assert glob_match("a\\*", "a*")
+    assert not glob_match("a\\*", "ab")
+    assert glob_match("?", "é")
+    assert not glob_match("?", "")
 
 
 def test_launch_settings_are_refused_in_an_org_policy(tmp_path: Path) -> None:
@@ -154,7 +158,7 @@ def test_explain_names_the_deciding_rule(tmp_path: Path) -> None:
 
 
 def test_missing_explicit_org_policy_fails_closed(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="org policy .* does not exist"):
+    with pytest.raises(ConfigError, match=r"org policy .* does not exist"):
         load_effective_policy(None, None, {"WARDEN_ORG_POLICY": str(tmp_path / "nope.toml")})
 
 
@@ -162,7 +166,8 @@ def test_ad_hoc_server_gets_defaults_and_org_ceilings(tmp_path: Path) -> None:
     p = policy_from(tmp_path, user="[servers.other]\ncommand='x'\n",
                     org="[org]\ncommands=['npx *']\n[defaults]\non_new='ask'\n")
     sp = p.server("adhoc", ["npx", "-y", "pkg"])
-    assert sp.declared_argv is None and sp.argv == ("npx", "-y", "pkg")
+    assert sp.declared_argv is None
+    assert sp.argv == ("npx", "-y", "pkg")
     assert sp.on_new.value == "ask"
     with pytest.raises(ConfigError, match="server name"):
         p.server("bad/name", ["x"])
@@ -216,6 +221,7 @@ def test_key_lines_inline_tables_and_array_tables() -> None:
     text = 'a = { b = 1, c = [ { d = 2 } ] }\n[[t]]\nx = 1\n[[t]]\nx = 2\n[t.s]\ny = """\nk = 3\n"""\n'
     found = key_lines(text)
     assert found[("a", "c", 0, "d")] == 1
-    assert found[("t", 0, "x")] == 3 and found[("t", 1, "x")] == 5
+    assert found[("t", 0, "x")] == 3
+    assert found[("t", 1, "x")] == 5
     assert found[("t", 1, "s", "y")] == 7
     assert ("t", 1, "s", "k") not in found

@@ -154,10 +154,12 @@ async def test_rug_pull_of_one_tool_is_quarantined_until_reapproved(tmp_path: Pa
             await g.call("add", {"a": 1, "b": 2})
         assert "warden pins approve rug add" in (info.value.hint or "")
         shown = diff(state_dir)
-        assert shown_new in shown and shown_old in shown
+        assert shown_new in shown
+        assert shown_old in shown
         if change == "hidden instructions":
             r = warden("--state-dir", str(state_dir), "pins", "approve", "rug", "--yes")
-            assert r.returncode == 5 and "--yes alone does not approve findings" in r.stderr
+            assert r.returncode == 5
+            assert "--yes alone does not approve findings" in r.stderr
             assert "finding: [instruction-marker]" in shown
             approve(state_dir, "add", "--accept-findings")
         else:
@@ -196,7 +198,8 @@ async def test_changed_instructions_quarantine_the_server(tmp_path: Path, state_
         assert any("instructions changed" in r for r in g.reports)
         assert await g.list_tools() == []
         shown = diff(state_dir)
-        assert "do not tell the user" in shown and "asks the model to hide something" in shown
+        assert "do not tell the user" in shown
+        assert "asks the model to hide something" in shown
         approve(state_dir, "--kind", "instructions", "--accept-findings")
         assert await g.list_tools() == ["add"]
 
@@ -212,7 +215,8 @@ async def test_changed_launch_command_is_a_new_unapproved_server(tmp_path: Path,
         with pytest.raises(PolicyError, match="changed its launch manifest"):
             await g.call("add", {"a": 1, "b": 2})
         shown = diff(state_dir)
-        assert "--notify" in shown and "server identity" in shown
+        assert "--notify" in shown
+        assert "server identity" in shown
         approve(state_dir)
         assert await g.call("add", {"a": 1, "b": 2}) == 'called add with {"a": 1, "b": 2}'
 

@@ -401,6 +401,9 @@ class PinStore:
         if key is not None and kind is None and len({r.kind for r in found}) > 1:
             raise PolicyError(f"{key!r} names several kinds of entry of server {server!r}",
                               hint="add --kind tool|prompt|resource|resource_template")
+        if not found and kind == "server":
+            raise PolicyError(f"server {server!r} has no identity pin (it was never launched through warden)",
+                              hint=f"revoke single entries instead: warden pins revoke {server} NAME")
         if not found:
             raise PolicyError(f"server {server!r} has no {kind or 'entry'} {key!r}",
                               hint=f"run `warden pins list {server}`")
