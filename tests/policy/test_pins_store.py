@@ -183,3 +183,12 @@ def test_render_visible_names_everything_and_cannot_be_spoofed() -> None:
     assert render_visible("⟦U+0041 X⟧") == "⟦U+27E6 MATHEMATICAL LEFT WHITE SQUARE BRACKET⟧U+0041 X" \
                                           "⟦U+27E7 MATHEMATICAL RIGHT WHITE SQUARE BRACKET⟧"
     assert render_visible("\U000e0041") == "⟦U+E0041 TAG LATIN CAPITAL LETTER A⟧"
+
+
+def test_DESIGN8_invalid_x_mcp_header_is_flagged() -> None:
+    bad = {"name": "q", "inputSchema": {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "My Region"}}}}
+    good = {"name": "q", "inputSchema": {"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"}}}}
+    assert [f.code for f in scan_definition("tool", bad, server="s")] == ["x-mcp-header"]
+    assert scan_definition("tool", good, server="s") == []

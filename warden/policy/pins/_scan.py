@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, final
 
 from warden.policy._visible import HiddenChar, hidden_chars, render_visible
+from warden.protocol.mcp_headers import check_tool_headers
 
 __all__ = ["Finding", "scan_definition"]
 
@@ -164,6 +165,12 @@ def scan_definition(kind: str, definition: Any, *, server: str,
     findings: list[Finding] = []
     for path, text in _walk(definition, "$"):
         findings.extend(_scan_string(text, path))
+    if kind == "tool" and isinstance(definition, Mapping):
+        headers = check_tool_headers(definition)
+        if headers.problem is not None:
+            findings.append(Finding("x-mcp-header", "$.inputSchema",
+                                    f"invalid x-mcp-header annotation: {render_visible(headers.problem)} (the tool is "
+                                    "excluded for HTTP upstreams and flagged for stdio ones)"))
     others = {s: names for s, names in (other_servers or {}).items() if s != server}
     name = definition.get("name") if isinstance(definition, Mapping) else None
     if kind in ("tool", "prompt") and isinstance(name, str):
