@@ -550,6 +550,8 @@ def test_request_headers_version_comes_from_meta() -> None:
         request_headers("tools/list", {})
     with pytest.raises(LocalProtocolError, match="no _meta protocol version"):
         request_headers("tools/list", None)
+    with pytest.raises(LocalProtocolError, match="no _meta protocol version"):
+        request_headers("tools/list", ["by-position"])  # type: ignore[arg-type]
     with pytest.raises(LocalProtocolError, match=r"no string params\.uri"):
         request_headers("resources/read", {"_meta": META})
 
@@ -664,12 +666,13 @@ def test_PX24_raw_bytes_outside_field_grammar() -> None:
         (None, "params._meta is required"),
         ({}, "params._meta is required"),
         ({"_meta": "x"}, "params._meta is required"),
+        (["by-position"], "params._meta is required"),
         ({"_meta": {"io.modelcontextprotocol/clientCapabilities": {}}}, "protocolVersion'] must be a string"),
         ({"_meta": {"io.modelcontextprotocol/protocolVersion": V}}, "clientCapabilities'] must be an object"),
         ({"_meta": {**META, "io.modelcontextprotocol/clientCapabilities": []}}, "must be an object"),
     ],
 )
-def test_meta_is_checked_first(params: dict[str, Any] | None, match: str) -> None:
+def test_meta_is_checked_first(params: Any, match: str) -> None:
     """A body without the required _meta pair is invalid params (400), before any header is looked at."""
     result = check([], "tools/list", params)
     assert result is not None
@@ -878,3 +881,12 @@ def test_HM15_deep_invalid_annotation_message_stays_short() -> None:
     assert result.problem is not None
     assert result.problem.startswith("x-mcp-header 'Deep' at …/properties/p/properties/p/")
     assert len(result.problem) < 300
+
+
+def test_PX24_long_values_are_shortened_in_messages() -> None:
+    """covers: PX24 - a peer cannot make warden echo a whole long header back in an error."""
+    long_name = "n" * 5000
+    result = check(base("tools/call", "m" * 5000), "tools/call", {"_meta": META, "name": long_name})
+    assert_mismatch(result, "Mcp-Name header value '" + "m" * 64 + "'… does not match body value '" + "n" * 64 + "'…")
+    assert result is not None
+    assert len(result.message) < 300

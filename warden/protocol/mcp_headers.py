@@ -406,9 +406,9 @@ def request_headers(
     Raises :class:`~warden.errors.LocalProtocolError` when the request has no ``_meta`` version, when a
     name-bearing method has no string name, and as :func:`param_headers` does.
     """
-    meta = params.get("_meta") if params is not None else None
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
     version = meta.get(_META_VERSION) if isinstance(meta, Mapping) else None
-    if params is None or not isinstance(version, str):
+    if not isinstance(params, Mapping) or not isinstance(version, str):
         raise LocalProtocolError(f"{method} request has no _meta protocol version to mirror into a header")
     headers = [(PROTOCOL_VERSION_HEADER, version), (METHOD_HEADER, method)]
     field = NAME_FIELDS.get(method)
@@ -548,8 +548,9 @@ def validate_request_headers(
     Each of these maps to HTTP 400 (:attr:`Rejection.http_status`). Whether the method exists (404 with
     ``-32601``) and whether the client declared a capability it needs (``-32021``) are the router's to decide.
     """
-    meta = params.get("_meta") if params is not None else None
-    if params is None or not isinstance(meta, Mapping):
+    # ``params`` is typed as a mapping, but it comes from a peer's body: by-position params (a list) are refused too.
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    if not isinstance(params, Mapping) or not isinstance(meta, Mapping):
         return Rejection(INVALID_PARAMS, "params._meta is required on every 2026-07-28 request")
     version = meta.get(_META_VERSION)
     if not isinstance(version, str):

@@ -185,9 +185,8 @@ class SSEParser:
             if value[:1] == b" ":
                 value = value[1:]
         if name == b"data":
+            # Within the bound: _feed checked this whole line plus the data gathered so far before calling us.
             self._data_size += len(value) + 1
-            if self._data_size > self._max:
-                raise SSEError(f"event stream event larger than {self._max} bytes")
             self._data.append(_text(value, "data"))
         elif name == b"event":
             self._event = _text(value, "event")
