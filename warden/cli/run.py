@@ -27,7 +27,7 @@ from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec, UnsafeUnsandboxedLauncher
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.transport.channel import MessageChannel
-from warden.upstream.connection import Upstream, UpstreamOptions
+from warden.upstream.connection import StdioConnector, Upstream, UpstreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,8 @@ async def serve(name: str, spec: LaunchSpec, launcher: Launcher, options: Upstre
     """Serve one host on the given streams until it leaves or warden is told to stop."""
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size)
     gateway = Gateway(name=name)
-    upstream = Upstream(name=name, spec=spec, launcher=launcher, handler=gateway, options=options)
+    upstream = Upstream(name=name, connector=StdioConnector(spec, launcher, options, name), handler=gateway,
+                        options=options)
     gateway.bind(upstream)
     host = StdioHost(channel, gateway, question_timeout=options.max_request_time)
     async with trio.open_nursery() as nursery:

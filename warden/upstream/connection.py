@@ -72,7 +72,7 @@ from warden.protocol.probe import (
     StdioProbe,
     check_initialize_result,
 )
-from warden.transport.channel import MessageChannel
+from warden.transport.channel import Incoming, MessageChannel
 from warden.upstream.stderr import StderrTail
 
 log = logging.getLogger(__name__)
@@ -156,6 +156,129 @@ class UpstreamHandler(Protocol):
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 
 
+class Channel(Protocol):
+    """Messages to and from one upstream connection (:class:`~warden.transport.channel.MessageChannel` for stdio)."""
+
+    @property
+    def max_message_size(self) -> int: ...
+
+    async def send(self, message: bytes) -> None:
+        """Send one encoded message; raises ``trio.ClosedResourceError`` once the connection is gone."""
+        ...
+
+    async def receive_batch(self) -> list[Incoming]:
+        """The next messages; an empty list means the connection ended."""
+        ...
+
+
+class Connection(Protocol):
+    """One live connection to a server: a process behind its pipes, or an HTTP session."""
+
+    @property
+    def channel(self) -> Channel: ...
+
+    @property
+    def label(self) -> str:
+        """For logs and audit records: ``pid 1234``, an origin, ..."""
+        ...
+
+    def start_side_tasks(self, nursery: trio.Nursery) -> None:
+        """Start what must run while the connection lives (writers, stderr drain, a GET stream)."""
+        ...
+
+    async def wait_ended(self) -> str:
+        """Wait until the connection ends by itself; return why (exit status, lost session)."""
+        ...
+
+    async def stop(self, *, graceful: bool) -> None:
+        """End the connection (always completes; runs shielded). Graceful means the polite sequence first."""
+        ...
+
+
+class Connector(Protocol):
+    """Makes connections to one configured server."""
+
+    @property
+    def config_key(self) -> str:
+        """Identifies the configuration, for the era cache (ER14)."""
+        ...
+
+    async def connect(self) -> Connection:
+        """Open a new connection, or raise ``LaunchError`` / ``SandboxUnavailable``."""
+        ...
+
+
+@final
+class ProcessConnection:
+    """A stdio server process: its pipes as a channel, its stderr drained, and the shutdown sequence."""
+
+    def __init__(self, child: Child, options: UpstreamOptions, stderr: StderrTail, name: str) -> None:
+        self._child = child
+        self._options = options
+        self._stderr = stderr
+        self._channel = MessageChannel(child.stdout, child.stdin, name=f"upstream {name}",
+                                       max_message_size=options.max_message_size)
+
+    @property
+    def channel(self) -> MessageChannel:
+        return self._channel
+
+    @property
+    def label(self) -> str:
+        return f"pid {self._child.pid}"
+
+    @property
+    def pid(self) -> int:
+        return self._child.pid
+
+    def start_side_tasks(self, nursery: trio.Nursery) -> None:
+        nursery.start_soon(self._channel.serve_writer)
+        nursery.start_soon(self._stderr.drain, self._child.stderr)
+
+    async def wait_ended(self) -> str:
+        status = await self._child.wait()
+        tail = self._stderr.tail(5)
+        return f"the server exited with status {status}" + (f"; last stderr: {' | '.join(tail)}" if tail else "")
+
+    async def stop(self, *, graceful: bool) -> None:
+        """LC10/LC11: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps the process."""
+        child, options = self._child, self._options
+        with trio.CancelScope(shield=True):
+            if graceful and child.returncode is None:
+                await self._channel.aclose_send()
+                with trio.move_on_after(options.stdin_close_grace):
+                    await child.wait()
+                if child.returncode is None:
+                    child.terminate()
+                    with trio.move_on_after(options.terminate_grace):
+                        await child.wait()
+            if child.returncode is None:
+                child.kill()
+            await child.wait()
+
+
+@final
+class StdioConnector:
+    """Starts the server through a :class:`~warden.launcher.Launcher` (the sandbox decides how)."""
+
+    def __init__(self, spec: LaunchSpec, launcher: Launcher, options: UpstreamOptions, name: str) -> None:
+        self.spec = spec
+        self.launcher = launcher
+        self._options = options
+        self._name = name
+        self.stderr = StderrTail(name)
+        self.pids: list[int] = []
+
+    @property
+    def config_key(self) -> str:
+        return "\0".join(self.spec.argv)
+
+    async def connect(self) -> ProcessConnection:
+        child = await self.launcher.launch(self.spec)
+        self.pids.append(child.pid)
+        return ProcessConnection(child, self._options, self.stderr, self._name)
+
+
 class EraCache:
     """The era answer per launch configuration (ER01, ER14): a process of a known-legacy configuration skips the
     probe. Shared by all restarts of a configuration; dropped when a process answers differently (ER17)."""
@@ -198,9 +321,8 @@ class _Pending:
 class _Session:
     """One live server process: correlation of requests and responses, and dispatch of what the server sends."""
 
-    def __init__(self, upstream: Upstream, child: Child, channel: MessageChannel) -> None:
+    def __init__(self, upstream: Upstream, channel: Channel) -> None:
         self._upstream = upstream
-        self.child = child
         self.channel = channel
         self.era: Era | None = None
         self.version: str = LATEST_LEGACY
@@ -411,22 +533,19 @@ class Upstream:
 
     Args:
         name: the server's name in logs, pins and audit records.
-        config_key: identifies the launch configuration for the era cache.
-        legacy_capabilities: what warden declares to a legacy server in ``initialize`` (what its host may be
-            asked through warden). ``None`` until known: a legacy handshake waits for :meth:`set_legacy_capabilities`.
+        connector: makes connections (a sandboxed process, an HTTP session); its ``config_key`` keys the era cache.
+
+    What warden declares to a legacy server in ``initialize`` is unknown until a host connects: a legacy handshake
+    waits for :meth:`set_legacy_capabilities`.
     """
 
-    def __init__(self, *, name: str, spec: LaunchSpec, launcher: Launcher, handler: UpstreamHandler,
-                 options: UpstreamOptions | None = None, era_cache: EraCache | None = None,
-                 config_key: str | None = None) -> None:
+    def __init__(self, *, name: str, connector: Connector, handler: UpstreamHandler,
+                 options: UpstreamOptions | None = None, era_cache: EraCache | None = None) -> None:
         self.name = name
-        self.spec = spec
-        self.launcher = launcher
+        self.connector = connector
         self.handler = handler
         self.options = options or UpstreamOptions()
         self.era_cache = era_cache or EraCache()
-        self.config_key = config_key or "\0".join(spec.argv)
-        self.stderr = StderrTail(name)
         self._session: _Session | None = None
         self._ready = trio.Event()
         self._fatal: WardenError | None = None
@@ -434,7 +553,7 @@ class Upstream:
         self._legacy_capabilities: dict[str, Any] | None = None
         self._capabilities_known = trio.Event()
         self.restarts = 0
-        self.pids: list[int] = []
+        self.connections: list[str] = []
         self._last_reason = ""
 
     # -- public -------------------------------------------------------------------------------------------------
@@ -514,22 +633,19 @@ class Upstream:
             backoff = min(backoff * 2, self.options.restart_backoff_max)
 
     async def _run_process(self) -> _Outcome:
-        """Run one process to its end.
+        """Run one connection to its end.
 
         Raises the fatal errors of :meth:`run` (outside the nursery, so they are not wrapped in a group).
         """
-        child = await self.launcher.launch(self.spec)
-        self.pids.append(child.pid)
-        channel = MessageChannel(child.stdout, child.stdin, name=f"upstream {self.name}",
-                                 max_message_size=self.options.max_message_size)
-        session = _Session(self, child, channel)
+        connection = await self.connector.connect()
+        self.connections.append(connection.label)
+        session = _Session(self, connection.channel)
         outcome = _Outcome.ENDED
         fatal: WardenError | None = None
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(channel.serve_writer)
-                nursery.start_soon(self.stderr.drain, child.stderr)
-                nursery.start_soon(self._watch_exit, session)
+                connection.start_side_tasks(nursery)
+                nursery.start_soon(self._watch_end, session, connection)
                 nursery.start_soon(session.read_loop, nursery)
                 try:
                     self._description = await self._establish(session)
@@ -550,19 +666,17 @@ class Upstream:
             self._last_reason = session.close_reason
             self._ready = trio.Event()
             self._session = None
-            await self._stop(child, channel, graceful=outcome is _Outcome.ENDED and fatal is None)
+            with trio.CancelScope(shield=True):
+                await connection.stop(graceful=outcome is _Outcome.ENDED and fatal is None)
         if fatal is not None:
             raise fatal
         return outcome
 
-    async def _watch_exit(self, session: _Session) -> None:
-        status = await session.child.wait()
-        tail = self.stderr.tail(5)
-        reason = f"the server exited with status {status}" + (f"; last stderr: {' | '.join(tail)}" if tail else "")
-        session.mark_closed(reason)
+    async def _watch_end(self, session: _Session, connection: Connection) -> None:
+        session.mark_closed(await connection.wait_ended())
 
     async def _establish(self, session: _Session) -> ServerDescription:
-        cached = self.era_cache.get(self.config_key)
+        cached = self.era_cache.get(self.connector.config_key)
         if cached is not Era.LEGACY:
             session.era = Era.MODERN
             probe = StdioProbe(MODERN_VERSIONS)
@@ -587,7 +701,7 @@ class Upstream:
             if isinstance(step, Incompatible):
                 raise IncompatibleServer(f"{self.name}: {step.reason}")
             if isinstance(step, Modern):
-                self.era_cache.set(self.config_key, Era.MODERN)
+                self.era_cache.set(self.connector.config_key, Era.MODERN)
                 discover = step.discover
                 info = discover.server_info() or {"name": self.name, "version": "unknown"}
                 log.info("%s: modern server (%s)", self.name, step.version)
@@ -595,7 +709,7 @@ class Upstream:
                                          discover.instructions)
             assert isinstance(step, Legacy)
             log.info("%s: legacy server (%s)", self.name, step.reason)
-            self.era_cache.set(self.config_key, Era.LEGACY)
+            self.era_cache.set(self.connector.config_key, Era.LEGACY)
             if step.fresh_process:
                 raise _Respawn
         session.era = Era.LEGACY
@@ -611,7 +725,7 @@ class Upstream:
             data = reply.error_data()
             supported = data.get("supported") if isinstance(data, dict) else None
             if cached is Era.LEGACY and isinstance(supported, list) and any(v in MODERN_VERSIONS for v in supported):
-                self.era_cache.drop(self.config_key)  # ER17: this build answers differently now; probe again
+                self.era_cache.drop(self.connector.config_key)  # ER17: this build answers differently now; probe again
                 raise _Respawn
             raise IncompatibleServer(f"{self.name}: initialize failed: {reply.message} (code {reply.code})")
         init = check_initialize_result(reply.result_dict())
@@ -620,22 +734,6 @@ class Upstream:
         log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
         return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
                                  init.server_info.model_dump(by_alias=True), init.instructions)
-
-    async def _stop(self, child: Child, channel: MessageChannel, *, graceful: bool) -> None:
-        """LC10/LC11: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps the process."""
-        options = self.options
-        with trio.CancelScope(shield=True):
-            if graceful and child.returncode is None:
-                await channel.aclose_send()
-                with trio.move_on_after(options.stdin_close_grace):
-                    await child.wait()
-                if child.returncode is None:
-                    child.terminate()
-                    with trio.move_on_after(options.terminate_grace):
-                        await child.wait()
-            if child.returncode is None:
-                child.kill()
-            await child.wait()
 
     # -- readiness notifications --------------------------------------------------------------------------------
 
