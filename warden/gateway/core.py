@@ -218,6 +218,7 @@ class Gateway:
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
+        self._tools: dict[str, dict[str, Any]] = {}
 
     def bind(self, upstream: Upstream) -> None:
         self._upstream = upstream
@@ -226,6 +227,11 @@ class Gateway:
     def upstream(self) -> Upstream:
         assert self._upstream is not None, "Gateway.bind() was not called"
         return self._upstream
+
+    def known_tool(self, name: str) -> dict[str, Any] | None:
+        """The definition of ``name`` from the last complete ``tools/list`` warden answered (for validating the
+        ``Mcp-Param-*`` headers of a call to it), or None."""
+        return self._tools.get(name)
 
     def attach(self, link: HostLink) -> None:
         self._links.add(link)
@@ -451,6 +457,8 @@ class Gateway:
             cursor = next_cursor
         else:
             return encode_error(request.id, INTERNAL_ERROR, f"{request.method} has more than {MAX_PAGES} pages")
+        if request.method == "tools/list":
+            self._tools = {t["name"]: t for t in items if isinstance(t, dict) and isinstance(t.get("name"), str)}
         result: dict[str, Any] = {key: items}
         if ctx.era is Era.MODERN:
             result["resultType"] = "complete"
