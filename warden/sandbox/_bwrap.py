@@ -102,7 +102,7 @@ class BwrapChild:
 
     ``pid`` is bwrap's own pid; ``sandbox_pid`` is the sandbox's init (PID 1 inside), whose death ends every
     process in the sandbox. ``wait()`` returns bwrap's status: the server's exit status, ``128 + N`` when the
-    server died from signal ``N`` (bwrap's convention, as in a shell), negative when bwrap itself was killed.
+    server died from signal ``N`` (bwrap's convention, as in a shell; so ``128 + 9`` after :meth:`kill`).
     Always ``await wait()`` after :meth:`kill`: it reaps, and it gives back the sandbox's uid slot.
     """
 
@@ -186,9 +186,16 @@ class BwrapChild:
                 os.close(fd)
 
     def kill(self) -> None:
-        """SIGKILL the sandbox's init (the PID namespace dies with it) and bwrap; no process survives."""
-        self._signal_sandbox(signal.SIGKILL)
-        self._process.send_signal(signal.SIGKILL)
+        """SIGKILL the sandbox's init: the PID namespace dies with it, so no process of the server survives.
+
+        bwrap itself (outside the sandbox) then reaps the init and exits with ``128 + SIGKILL``; killing bwrap too
+        would orphan the init to the host's PID 1, which on some hosts never reaps it. bwrap is killed directly
+        only when the sandbox's init is already unknown (before bwrap reported it, or after it exited).
+        """
+        if self._sandbox_pidfd is not None:
+            self._signal_sandbox(signal.SIGKILL)
+        else:
+            self._process.send_signal(signal.SIGKILL)
 
 
 @final

@@ -107,6 +107,23 @@ def _under(path: str, root: str) -> bool:
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+def _system_view(path: str) -> str:
+    """``path`` as the sandbox resolves it at the top level: merged-/usr symlinks (``/bin -> usr/bin``) are
+    recreated inside, so ``/bin/sh`` is ``/usr/bin/sh`` there. Other symlinks are not followed."""
+    parts = path.split("/", 2)
+    if len(parts) < 2 or not parts[1]:
+        return path
+    top = "/" + parts[1]
+    try:
+        target = os.readlink(top)
+    except OSError:
+        return path
+    resolved = os.path.normpath(os.path.join("/", target))
+    if not any(_under(resolved, root) for root in SYSTEM_ROOTS):
+        return path
+    return resolved + ("/" + parts[2] if len(parts) > 2 else "")
+
+
 def _read_small(path: Path, limit: int = _MAX_SMALL_FILE) -> bytes | None:
     try:
         with path.open("rb") as handle:
@@ -220,6 +237,7 @@ class _Binds:
         self.items: list[RuntimeBind] = []
 
     def covered(self, path: str) -> bool:
+        path = _system_view(path)
         return any(_under(path, root) for root in SYSTEM_ROOTS) or any(_under(path, b.path) for b in self.items)
 
     def add(self, finder: Finder, path: str | None) -> None:
@@ -420,7 +438,7 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     path_dirs: list[str] = []
     for path in (exe, *(interpreter_paths[:1] if interpreter else ())):
         directory = os.path.dirname(path)
-        if not any(_under(directory, root) for root in SYSTEM_ROOTS) and directory not in path_dirs:
+        if not any(_under(_system_view(directory), root) for root in SYSTEM_ROOTS) and directory not in path_dirs:
             path_dirs.append(directory)
 
     final = [exe, *args[1:]]
