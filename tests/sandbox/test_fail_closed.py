@@ -39,7 +39,8 @@ async def test_bwrap_absent_refuses(state_dir: Path) -> None:
                              host_env={"PATH": "/usr/bin", "WARDEN_BWRAP": "/nonexistent/bwrap"})
     with pytest.raises(SandboxUnavailable, match="WARDEN_BWRAP names /nonexistent/bwrap, which does not exist") as info:
         await launcher.launch(TIME_SERVER)
-    assert info.value.hint is not None and "unset it" in info.value.hint
+    assert info.value.hint is not None
+    assert "unset it" in info.value.hint
 
 
 async def test_bwrap_absent_from_path_still_uses_the_wheel(state_dir: Path) -> None:
@@ -180,7 +181,8 @@ async def test_npx_package_not_installed_is_a_launch_error_not_a_download(state_
                              host_env={"PATH": os.environ["PATH"], "HOME": str(host_dir)})
     with pytest.raises(LaunchError, match="npx package '@example/not-installed' is not installed") as info:
         await launcher.launch(LaunchSpec(argv=("npx", "-y", "@example/not-installed"), cwd=str(host_dir)))
-    assert info.value.hint is not None and "npm install @example/not-installed" in info.value.hint
+    assert info.value.hint is not None
+    assert "npm install @example/not-installed" in info.value.hint
 
 
 def test_kind_none_is_the_explicitly_unsafe_launcher(state_dir: Path) -> None:

@@ -36,7 +36,9 @@ def test_default_plan_is_an_allow_list(state_dir: Path) -> None:
     assert not any(op == "bind" for op, _ in binds)  # nothing of the host is writable by default
     assert not any(dest.startswith(("/home/", "/root", "/run", "/var")) for _, dest in binds)
     etc = {m.dest for m in result.mounts if m.dest.startswith("/etc/")}
-    assert "/etc/shadow" not in etc and "/etc/ssl/private" not in etc and "/etc/resolv.conf" not in etc
+    assert "/etc/shadow" not in etc
+    assert "/etc/ssl/private" not in etc
+    assert "/etc/resolv.conf" not in etc
     assert result.chdir == "/home/mcp"
 
 
@@ -70,11 +72,11 @@ def test_system_paths_cannot_be_writable(state_dir: Path, path: str) -> None:
 
 def test_state_dir_is_never_exposed(state_dir: Path) -> None:
     """Security invariant 5: pins, keys and the audit log are never visible inside a sandbox."""
-    for settings in (SandboxSettings(read_dirs=(str(state_dir),)),
-                     SandboxSettings(read_dirs=(str(state_dir.parent),)),
-                     SandboxSettings(write_dirs=(str(state_dir / "..") ,))):
+    for asked in (SandboxSettings(read_dirs=(str(state_dir),)),
+                  SandboxSettings(read_dirs=(str(state_dir.parent),)),
+                  SandboxSettings(write_dirs=(str(state_dir / ".."),))):
         with pytest.raises(LaunchError, match="would expose warden's state directory"):
-            plan(settings, state_dir=state_dir)
+            plan(asked, state_dir=state_dir)
     inner = state_dir / "sub"
     inner.mkdir()
     with pytest.raises(LaunchError, match="would expose warden's state directory"):
@@ -165,12 +167,14 @@ def test_unpassable_environment_is_refused(state_dir: Path, bad: dict[str, str])
 def test_root_parent_drops_to_the_dedicated_uid_and_user_parent_does_not(state_dir: Path) -> None:
     root = plan(SandboxSettings(), state_dir=state_dir, privileged=True)
     user = plan(SandboxSettings(), state_dir=state_dir, privileged=False)
-    assert "/usr/bin/setpriv" in root.argv and "--reuid=1879048193" in root.argv
+    assert "/usr/bin/setpriv" in root.argv
+    assert "--reuid=1879048193" in root.argv
     assert "/usr/bin/setpriv" not in user.argv
     assert root.argv[-len(READY_SHIM) - 1:-1] == READY_SHIM
     root_args = bwrap_args(root, data_fds={k: 9 for k in root.data}, seccomp_fd=8, status_fd=7)
     user_args = bwrap_args(user, data_fds={k: 9 for k in user.data}, seccomp_fd=8, status_fd=7)
-    assert "--disable-userns" in user_args and "--unshare-user" in user_args
+    assert "--disable-userns" in user_args
+    assert "--unshare-user" in user_args
     assert "--unshare-user" not in root_args
     assert root_args[root_args.index("--cap-drop") + 1] == "ALL"
     assert [root_args[i + 1] for i, a in enumerate(root_args) if a == "--cap-add"] == [
