@@ -517,6 +517,10 @@ def h_tty() -> dict:
     return a_tty()
 
 
+def h_network() -> dict:
+    return a_network()
+
+
 HEAVY = {name[2:]: fn for name, fn in globals().items() if name.startswith("h_")}
 
 
