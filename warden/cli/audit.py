@@ -101,9 +101,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("key", help="print the log's verifier key (creating the log on first use)")
     p.set_defaults(func=_key)
 
-    p = verbs.add_parser("export", help="write every committed record as JSON lines")
-    p.add_argument("--jsonl", action="store_true", required=True, help="JSON lines: the stored bytes, one per line")
-    p.add_argument("-o", "--output", metavar="FILE", help="write here instead of stdout")
+    p = verbs.add_parser("export", help="write every committed record as JSON lines, or the log as tlog-tiles",
+                         description="Write every committed record as JSON lines (--jsonl), or the log up to its "
+                                     "latest checkpoint as a C2SP tlog-tiles tree (--tiles DIR) for static serving.")
+    how = p.add_mutually_exclusive_group(required=True)
+    how.add_argument("--jsonl", action="store_true", help="JSON lines: the stored bytes, one per line")
+    how.add_argument("--tiles", metavar="DIR", help="write checkpoint, tile/<L>/<N> and tile/entries/<N> under DIR")
+    p.add_argument("-o", "--output", metavar="FILE", help="with --jsonl: write here instead of stdout")
     p.set_defaults(func=_export)
 
 
@@ -395,6 +399,8 @@ def _key(ctx: CommandContext, args: argparse.Namespace) -> int:
 
 
 def _export(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if args.tiles:
+        return _export_tiles(ctx, Path(args.tiles))
     with LogReader(ctx.state_dir) as reader:
         update, done = _progress(reader.count(), "exporting")
         out = open(args.output, "wb") if args.output else None  # noqa: SIM115 - closed below
@@ -411,4 +417,28 @@ def _export(ctx: CommandContext, args: argparse.Namespace) -> int:
             done()
             if out is not None:
                 out.close()
+    return 0
+
+
+def _export_tiles(ctx: CommandContext, out_dir: Path) -> int:
+    from warden.audit._merkle import HASH_SIZE
+    from warden.audit._tiles import write_tiles
+
+    with LogReader(ctx.state_dir) as reader:
+        key = reader.local_verifier()
+        note = reader.latest_note()
+        if note is None:
+            raise AuditError("no checkpoint has been published yet", hint="run `warden audit checkpoint --refresh`")
+        checkpoint, _ = open_checkpoint(note, key)
+        entries = [raw.data for raw in reader.records() if raw.index < checkpoint.size]
+        hashes = reader.hashes
+        if len(entries) < checkpoint.size or hashes is None:
+            raise AuditError("the log is shorter than its latest checkpoint", hint="run `warden audit verify`")
+
+        def read(positions: Sequence[int]) -> list[bytes]:
+            assert hashes is not None
+            return [bytes(hashes[p * HASH_SIZE : (p + 1) * HASH_SIZE]) for p in positions]
+
+        count = write_tiles(out_dir, checkpoint.size, note, read, entries)
+    _out(f"wrote {count} files for {checkpoint.size} records under {out_dir}\n")
     return 0
