@@ -70,8 +70,25 @@ def is_setuid(path: str) -> bool:
         return False
 
 
+_VERSIONS: dict[tuple[str, int, int, int, int], tuple[int, int, int] | None] = {}
+
+
 def probe_version(path: str) -> tuple[int, int, int] | None:
-    """Run ``path --version``; None if it does not run or does not answer like bubblewrap."""
+    """Run ``path --version``; None if it does not run or does not answer like bubblewrap.
+
+    Memoized by the file's identity (device, inode, size, mtime): a replaced binary is probed again.
+    """
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    if key not in _VERSIONS:
+        _VERSIONS[key] = _run_version(path)
+    return _VERSIONS[key]
+
+
+def _run_version(path: str) -> tuple[int, int, int] | None:
     try:
         done = subprocess.run([path, "--version"], capture_output=True, timeout=10, env={}, check=False)
     except (OSError, subprocess.SubprocessError):

@@ -148,13 +148,28 @@ def _libseccomp() -> Any:
     return pyseccomp
 
 
+_COMPILED: dict[tuple[str, bool], bytes] = {}
+
+
 def compile_filter(rules: RuleList, *, network: bool) -> bytes:
     """Compile the applicable rules to a classic-BPF program for the native architecture.
+
+    The result is a pure function of the rules, so it is memoized by their digest (a few ms saved per launch).
 
     Raises:
         SandboxUnavailable: libseccomp is missing, or it does not know a syscall named in the list (an older
             libseccomp than the list was written for): the filter would have a hole, so nothing starts.
     """
+    key = (rules.digest(network=network), network)
+    cached = _COMPILED.get(key)
+    if cached is not None:
+        return cached
+    program = _compile(rules, network=network)
+    _COMPILED[key] = program
+    return program
+
+
+def _compile(rules: RuleList, *, network: bool) -> bytes:
     sc = _libseccomp()
     ops = {"eq": sc.EQ, "ne": sc.NE, "ge": sc.GE, "masked_eq": sc.MASKED_EQ}
     try:
