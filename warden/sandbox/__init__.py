@@ -12,11 +12,14 @@ from pathlib import Path
 
 from warden.launcher import Launcher, UnsafeUnsandboxedLauncher
 from warden.sandbox._bwrap import BwrapChild, BwrapLauncher
+from warden.sandbox._container import ContainerChild, ContainerLauncher
 from warden.sandbox.settings import Limits, SandboxSettings
 
 __all__ = [
     "BwrapChild",
     "BwrapLauncher",
+    "ContainerChild",
+    "ContainerLauncher",
     "Limits",
     "SandboxSettings",
     "make_launcher",
@@ -35,7 +38,5 @@ def make_launcher(settings: SandboxSettings, *, state_dir: Path,
     if settings.kind == "none":
         return UnsafeUnsandboxedLauncher()
     if settings.kind == "container":
-        from warden.sandbox._container import ContainerLauncher
-
         return ContainerLauncher(settings, state_dir=state_dir, host_env=host_env)
     return BwrapLauncher(settings, state_dir=state_dir, host_env=host_env)
