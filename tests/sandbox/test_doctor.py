@@ -81,3 +81,12 @@ def test_doctor_as_an_unprivileged_user_uses_a_user_namespace(tmp_path: Path) ->
     finally:
         subprocess.run(["rm", "-rf", str(state)], check=True)
 
+
+
+def test_accounts_in_the_sandbox_uid_range_are_found() -> None:
+    from warden.sandbox._uids import UID_BASE
+    from warden.sandbox.doctor import _accounts_in_sandbox_range
+
+    passwd = f"root:x:0:0::/root:/bin/sh\nclash:x:{UID_BASE + 3}:1::/:/bin/false\nbroken line\nx:x:y:z\n"
+    assert _accounts_in_sandbox_range(passwd) == [f"clash ({UID_BASE + 3})"]
+    assert _accounts_in_sandbox_range("root:x:0:0::/root:/bin/sh\n") == []

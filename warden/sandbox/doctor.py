@@ -26,7 +26,7 @@ from warden.sandbox._bwrap_binary import FIXED_VERSION, MITIGATION, locate_bwrap
 from warden.sandbox._data import data_dir
 from warden.sandbox._plan import PRLIMIT, SETPRIV
 from warden.sandbox._seccomp import compile_filter, load_rules
-from warden.sandbox._uids import UID_BASE
+from warden.sandbox._uids import SLOTS, UID_BASE
 from warden.sandbox.settings import SandboxSettings
 
 Status = Literal["ok", "warn", "fail", "info"]
@@ -62,11 +62,30 @@ def check_bwrap(env: Mapping[str, str]) -> list[Check]:
     return rows
 
 
+def _accounts_in_sandbox_range(passwd: str) -> list[str]:
+    clashes = []
+    for line in passwd.splitlines():
+        fields = line.split(":")
+        if len(fields) > 3 and fields[2].isdigit() and UID_BASE <= int(fields[2]) <= UID_BASE + SLOTS:
+            clashes.append(f"{fields[0]} ({fields[2]})")
+    return clashes
+
+
 def check_userns() -> Check:
     if os.geteuid() == 0:
+        try:
+            with open("/etc/passwd", encoding="utf-8", errors="replace") as handle:
+                clashes = _accounts_in_sandbox_range(handle.read())
+        except OSError:
+            clashes = []
+        if clashes:
+            return Check("user namespaces", "fail",
+                         f"accounts use warden's sandbox uids {UID_BASE}..{UID_BASE + SLOTS}: {', '.join(clashes)}; "
+                         "a sandbox would run as them", blocking=True)
         return Check("user namespaces", "info",
                      f"not needed: warden runs as root, so each sandbox runs as a dedicated uid "
-                     f"({UID_BASE + 1}..) with no capabilities, switched by setpriv inside bwrap")
+                     f"({UID_BASE + 1}..{UID_BASE + SLOTS}, no account uses them) with no capabilities, "
+                     "switched by setpriv inside bwrap")
     facts = _host.userns_facts()
     blocker = facts.blocker()
     if blocker is not None:
