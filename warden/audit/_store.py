@@ -450,8 +450,9 @@ class Store:
             end = frame.end
         if frontier.size < lower:
             raise VerificationError(
-                f"the log ends after {frontier.size} records, but {lower} were committed: records were removed "
-                f"or damaged", hint="keep this state directory as evidence; run `warden audit verify`")
+                f"the log ends after {frontier.size} records, but {lower} were committed or published: records "
+                f"were removed or damaged, or the log was rolled back to an older copy",
+                hint="keep this state directory as evidence; run `warden audit verify`")
         torn = len(tail) - end
         if torn:
             os.ftruncate(entries_fd, anchor_end + end)
