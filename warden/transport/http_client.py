@@ -1,0 +1,1204 @@
+"""warden as the HTTP client of a remote MCP server: Streamable HTTP (both eras) and the 2024-11-05 HTTP+SSE
+transport, turned into the message stream the upstream session reads.
+
+:class:`~warden.upstream.connection.Upstream` runs one session logic over any :class:`Connection`: it sends
+encoded JSON-RPC messages (``channel.send``) and reads what the server sends (``channel.receive_batch``). Over
+stdio that is a pipe. Here every message the session sends becomes an HTTP exchange, and everything that comes
+back - a JSON body, the events of a response stream, the GET stream, an HTTP+SSE stream - is parsed and handed
+to the session as if it had arrived on a pipe. The session never sees HTTP; this module never sees the session.
+
+What decides how a message travels:
+
+* **Modern** (a request whose ``_meta`` names a 2026-07-28 version; the era probe's ``server/discover`` is the
+  first): one POST per request with every ``Mcp-*`` header from :mod:`warden.protocol.mcp_headers` (HM03-HM10),
+  no session machinery (HM17). ``tools/list`` results are screened: a tool whose ``x-mcp-header`` annotations are
+  invalid is removed before the session sees it, with a warning naming the tool and the reason (HM11-HM15), and
+  a call to such a tool is refused here, never sent. A ``tools/call`` of a tool warden has not listed yet lists
+  the tools first (internally), to know which arguments it must mirror. ``-32020`` to a ``tools/call`` re-lists
+  and retries once (HM16); a response stream that breaks before the final response is re-issued once under a new
+  JSON-RPC id, mapped back to the session's (HM18); cancellation closes the response stream, and
+  ``notifications/cancelled`` is never POSTed (HM19).
+* **Legacy Streamable HTTP** (from ``initialize`` on): ``Accept`` lists both answer kinds (HL01, HL02), the
+  ``Mcp-Session-Id`` the ``initialize`` answer assigned is echoed (HL04) and ``MCP-Protocol-Version`` is the
+  version the server negotiated, read from that answer (HL07, HL08). A 404 to a request carrying the session id
+  ends the connection, so the supervisor reconnects and initializes a new session (HL05). Server requests arriving
+  on any stream reach the session, and its answers are POSTed back (HL03). Cancellation is a POSTed
+  ``notifications/cancelled`` (HL09). After ``notifications/initialized`` warden opens the optional GET stream
+  (HL10); a response stream or GET stream that closes early is resumed with ``Last-Event-ID`` after the server's
+  ``retry`` (HL11, SEP-1699). ``DELETE`` ends the session on a graceful stop (HL06).
+* **HTTP+SSE** (2024-11-05): when the ``initialize`` POST is refused with 400, 404 or 405 (ER12), warden GETs the
+  URL, waits for the ``endpoint`` event (SS01), and POSTs every message to that endpoint (SS02); answers arrive as
+  ``message`` events on the stream (SS03). It is only ever the last fallback (SS04); the connector remembers which
+  legacy transport the URL speaks, so a reconnection goes straight to it.
+
+Security (AU03-AU06): the configured static headers (a bearer token, say) go on every request to the configured
+origin - the probe, ``initialize``, GET and DELETE included - and nowhere else. Redirects are followed only within
+the origin (307/308, method and body kept); an HTTP+SSE endpoint on another origin is refused; credentials are
+never put in a URL, and a configured URL with credentials in it is refused. httpx's environment handling is off
+(``trust_env=False``): no proxy, ``.netrc`` or CA bundle is picked up from the environment behind the user's back.
+
+Bounds: every JSON body is read up to the channel's ``max_message_size``; every event stream goes through a
+bounded :class:`~warden.protocol.sse.SSEParser`; compressed answers are refused (warden asks for ``identity``:
+a small gzip body could otherwise inflate past any bound); connects, writes and acknowledgements have timeouts.
+Answers are never read without a bound or waited for without a deadline: the session's request deadline closes a
+request's stream when it fires. httpx and trio errors become warden errors at this boundary
+(:func:`map_http_error`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import ipaddress
+import logging
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, final
+from urllib.parse import urlsplit
+
+import httpx
+import msgspec
+import trio
+
+from warden import __version__
+from warden.errors import (
+    ConfigError,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    UpstreamClosed,
+    UpstreamError,
+    UpstreamTimeout,
+    WardenError,
+)
+from warden.protocol.eras import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_VERSIONS
+from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
+from warden.protocol.http_answers import (
+    AnswerKind,
+    classify,
+    falls_back_to_sse,
+    http_failure,
+    redirect_target,
+    request_outcome,
+    resolve_endpoint,
+    resume_delay,
+    valid_session_id,
+)
+from warden.protocol.mcp_headers import (
+    PROTOCOL_VERSION_HEADER,
+    ToolHeaders,
+    check_tool_headers,
+    request_headers,
+)
+from warden.protocol.messages import (
+    CONNECTION_CLOSED,
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    ErrorResponse,
+    Message,
+    Notification,
+    Request,
+    Response,
+    decode_object,
+    encode_error,
+    encode_error_object,
+    encode_json,
+    encode_request,
+    encode_result,
+    parse_message,
+)
+from warden.protocol.sse import SSEError, SSEParser
+from warden.transport.channel import Incoming
+
+__all__ = [
+    "HttpConnection",
+    "HttpConnector",
+    "HttpSettings",
+    "auth_headers_from_config",
+    "headers_from_env",
+    "http_config",
+    "http_server_name",
+    "is_http_url",
+    "map_http_error",
+]
+
+log = logging.getLogger(__name__)
+
+SESSION_HEADER: Final = "Mcp-Session-Id"
+LAST_EVENT_ID_HEADER: Final = "Last-Event-ID"
+ACCEPT_BOTH: Final = "application/json, text/event-stream"
+MAX_REDIRECTS: Final = 3
+MAX_RESUMES: Final = 5
+"""How many times one response stream (or the GET stream, without an event in between) is resumed."""
+MAX_LIST_PAGES: Final = 100
+INBOX_BATCHES: Final = 32
+"""Batches waiting for the session; a reader that falls behind makes the HTTP readers wait (backpressure)."""
+ERROR_SNIPPET_BYTES: Final = 4096
+MAX_URL_LENGTH: Final = 8192
+
+_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_HEADER_VALUE: Final = re.compile(r"[\x20-\x7e\t]*")
+_RESERVED_HEADERS: Final = frozenset({
+    "accept", "accept-encoding", "connection", "content-length", "content-type", "host", "last-event-id",
+    "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id", "transfer-encoding", "te", "upgrade",
+})
+
+
+# ------------------------------------------------------------------------------------------------ configuration
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HttpSettings:
+    """One HTTP upstream: where it is, what credentials go with every request, and the time limits.
+
+    Build it with :func:`http_config`, which checks everything; ``headers`` holds secrets, so the ``repr`` shows
+    their names only.
+    """
+
+    url: str
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    connect_timeout: float = 10.0
+    """Seconds to open a TCP (and TLS) connection."""
+    write_timeout: float = 30.0
+    ack_timeout: float = 30.0
+    """Seconds a notification, an answer to a server request, or a DELETE may take to be accepted."""
+    endpoint_timeout: float = 10.0
+    """Seconds an HTTP+SSE server may take to announce its endpoint."""
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+
+    def __repr__(self) -> str:
+        names = ", ".join(name for name, _ in self.headers)
+        return f"HttpSettings(url={self.url!r}, headers=[{names}])"
+
+
+def is_http_url(value: str) -> bool:
+    """Whether a ``warden run`` command is an HTTP(S) URL rather than a program to start."""
+    return value.lower().startswith(("http://", "https://"))
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def http_config(url: str, *, headers: Iterable[tuple[str, str]] = (), **limits: Any) -> HttpSettings:
+    """Check an HTTP upstream's URL and static headers, and build its settings.
+
+    Raises:
+        ConfigError: the URL is not an absolute http(s) URL, is too long, carries credentials (user:password@),
+            or a fragment; a header name is not an HTTP token or is one warden sets itself; a value holds control
+            characters; or credentials would travel over plain ``http://`` to a host that is not loopback.
+    """
+    if len(url) > MAX_URL_LENGTH:
+        raise ConfigError(f"the server URL is longer than {MAX_URL_LENGTH} characters")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a malformed port
+    except ValueError as exc:
+        raise ConfigError(f"the server URL {url!r} is malformed: {exc}") from exc
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"the server URL {url!r} is not an absolute http:// or https:// URL",
+                          hint="give the server's MCP endpoint, e.g. https://example.com/mcp")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("the server URL carries credentials (user:password@host); warden never sends "
+                          "credentials in a URL",
+                          hint="remove them and pass the token with --header Authorization=ENVVAR")
+    if parts.fragment:
+        raise ConfigError(f"the server URL {url!r} has a #fragment, which HTTP never sends")
+    checked: list[tuple[str, str]] = []
+    for name, value in headers:
+        if not _TOKEN.fullmatch(name):
+            raise ConfigError(f"{name!r} is not a valid HTTP header name")
+        if name.lower() in _RESERVED_HEADERS or name.lower().startswith("mcp-"):
+            raise ConfigError(f"warden sets the {name} header itself; it cannot be configured")
+        if not _HEADER_VALUE.fullmatch(value) or value != value.strip():
+            raise ConfigError(f"the value for header {name} holds control characters or non-ASCII text, or "
+                              "surrounding whitespace")
+        checked.append((name, value))
+    if checked and parts.scheme.lower() == "http" and not _is_loopback(parts.hostname):
+        raise ConfigError(f"refusing to send credentials to {parts.hostname} over plain http://",
+                          hint="use https://, or a loopback address for a local server")
+    return HttpSettings(url=url, headers=tuple(checked), **limits)
+
+
+def headers_from_env(specs: Sequence[str], env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """Static headers from ``NAME=ENVVAR`` specs: the value is read from the environment, so a secret never
+    appears in an argv, a config file or a log line (invariant 10).
+
+    A value for ``Authorization`` that does not name a scheme gets ``Bearer`` in front (``TOKEN=abc`` is the
+    common way to hold a bearer token).
+
+    Raises:
+        ConfigError: a spec is not ``NAME=ENVVAR``, or the variable is unset or empty.
+    """
+    out: list[tuple[str, str]] = []
+    for spec in specs:
+        name, sep, var = spec.partition("=")
+        if not sep or not name or not var:
+            raise ConfigError(f"--header {spec!r} is not NAME=ENVVAR",
+                              hint="e.g. --header Authorization=MY_TOKEN with MY_TOKEN set in the environment")
+        value = env.get(var, "")
+        if not value:
+            raise ConfigError(f"--header {name}: the environment variable {var} is not set or empty",
+                              hint=f"export {var}=... before starting warden")
+        if name.lower() == "authorization" and " " not in value.strip():
+            value = "Bearer " + value.strip()
+        out.append((name, value))
+    return out
+
+
+def auth_headers_from_config(block: Mapping[str, Any], env: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The static headers an ``auth`` block of a server's configuration asks for.
+
+    ``type = "bearer"`` with ``token_env = "VAR"`` sends ``Authorization: Bearer <$VAR>``; ``type = "headers"``
+    with ``headers = {Name = "VAR", ...}`` sends each header with the value of its variable. Values always come
+    from the environment, never from the file. ``type = "oauth"`` is refused: warden does not run the OAuth flow
+    yet (AU01, AU09), and pretending to would send requests without the authorization the server expects.
+
+    Raises:
+        ConfigError: an unknown or OAuth type, or a missing variable.
+    """
+    kind = block.get("type")
+    if kind == "oauth":
+        raise ConfigError("OAuth for HTTP servers is not supported yet (it comes in a later release); warden "
+                          "refuses to connect rather than connect without the authorization the server expects",
+                          hint='use a static token: auth = { type = "bearer", token_env = "MY_TOKEN" }')
+    if kind == "bearer":
+        var = block.get("token_env")
+        if not isinstance(var, str) or not var:
+            raise ConfigError('auth type "bearer" needs token_env = "VARIABLE"')
+        return headers_from_env([f"Authorization={var}"], env)
+    if kind == "headers":
+        mapping = block.get("headers")
+        if not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values()):
+            raise ConfigError('auth type "headers" needs headers = { Name = "VARIABLE", ... }')
+        return headers_from_env([f"{name}={var}" for name, var in mapping.items()], env)
+    raise ConfigError(f"unknown auth type {kind!r}", hint='use "bearer" or "headers"')
+
+
+def http_server_name(url: str) -> str:
+    """A readable server name for a URL: its host, with the port when one is given (``example.com``,
+    ``127.0.0.1-8000``)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "server").strip("[]")
+    name = host if parts.port is None else f"{host}-{parts.port}"
+    return re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-.") or "server"
+
+
+# ------------------------------------------------------------------------------------------------ errors
+
+
+def map_http_error(exc: httpx.HTTPError | httpx.InvalidURL | httpx.StreamError, url: str) -> WardenError:
+    """The warden error for an httpx failure while talking to ``url`` (raise it ``from`` ``exc``).
+
+    Timeouts become :class:`UpstreamTimeout`; transport failures (cannot connect, connection reset, a peer that
+    breaks HTTP/1.1) :class:`UpstreamClosed`; a malformed URL (warden's configuration) :class:`ConfigError`;
+    misuse of a stream (a warden bug) :class:`LocalProtocolError`; anything else :class:`UpstreamError`.
+    """
+    what = type(exc).__name__
+    detail = str(exc) or what
+    if isinstance(exc, httpx.TimeoutException):
+        return UpstreamTimeout(f"{url}: timed out ({what})")
+    if isinstance(exc, httpx.ConnectError):
+        return UpstreamClosed(f"cannot connect to {url}: {detail}")
+    if isinstance(exc, httpx.TransportError):
+        return UpstreamClosed(f"the connection to {url} failed: {detail} ({what})")
+    if isinstance(exc, httpx.InvalidURL):
+        return ConfigError(f"invalid URL {url!r}: {detail}")
+    if isinstance(exc, httpx.StreamError):
+        return LocalProtocolError(f"warden misused an HTTP stream for {url}: {detail}")
+    return UpstreamError(f"HTTP request to {url} failed: {detail} ({what})")
+
+
+class _Unanswered(UpstreamError):
+    """The server answered, but not with a JSON-RPC answer to the request (a wrong status or content type, an
+    oversized or compressed body, a broken event stream, a refused redirect). Never worth re-issuing."""
+
+    def __init__(self, reason: str, status: int | None = None, body: bytes = b"") -> None:
+        super().__init__(reason)
+        self.status = status
+        self.body = body
+
+    def failure(self, id_raw: bytes) -> ErrorResponse:
+        """The error the request ``id_raw`` gets instead of an answer."""
+        return http_failure(id_raw, self.status, self.message, self.body)
+
+
+# ------------------------------------------------------------------------------------------------ outcomes
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Final:
+    """The request's own response arrived (already re-bound to the id the request went out with)."""
+
+    message: Response | ErrorResponse
+    status: int
+    headers: httpx.Headers
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Broken:
+    """The answer ended, or the connection broke, before the final response."""
+
+    reason: str
+    last_event_id: str = ""
+    retry: int | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Accepted:
+    status: int
+    headers: httpx.Headers
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _SessionLost:
+    status: int
+
+
+_Outcome = _Final | _Broken | _Accepted | _SessionLost
+
+
+class _Transport(enum.Enum):
+    STREAMABLE = "streamable HTTP"
+    SSE = "HTTP+SSE"
+
+
+@final
+class _Flight:
+    """One request of the session on its way: its task's cancel scope, and whether it travels the modern way."""
+
+    __slots__ = ("modern", "params", "request", "scope")
+
+    def __init__(self, request: Request, params: dict[str, Any], modern: bool) -> None:
+        self.request = request
+        self.params = params
+        self.modern = modern
+        self.scope = trio.CancelScope()
+
+
+def _is_modern(params: Mapping[str, Any]) -> bool:
+    meta = params.get("_meta")
+    return isinstance(meta, Mapping) and meta.get(META_PROTOCOL_VERSION) in MODERN_VERSIONS
+
+
+def _rebind(message: Response | ErrorResponse, id_raw: bytes) -> Response | ErrorResponse:
+    """The same answer under another id (a re-issued request's answer goes back under the session's id)."""
+    if message.id == id_raw:
+        return message
+    if isinstance(message, Response):
+        rebound: Message = parse_message(encode_result(id_raw, message.result))
+    else:
+        rebound = parse_message(encode_error_object(message.error, id_raw))
+    assert isinstance(rebound, Response | ErrorResponse)
+    return rebound
+
+
+def _local_error(id_raw: bytes, code: int, message: str) -> ErrorResponse:
+    parsed = parse_message(encode_error(id_raw, code, message))
+    assert isinstance(parsed, ErrorResponse)
+    return parsed
+
+
+# ------------------------------------------------------------------------------------------------ connector
+
+
+@final
+class HttpConnector:
+    """Makes :class:`HttpConnection` objects to one configured URL.
+
+    ``config_key`` (the era cache's key, ER01/ER14) is the URL: one endpoint, one era answer. The connector also
+    remembers which *legacy* transport the URL speaks, so a reconnection after a lost session does not try the
+    Streamable HTTP POST again when the server only speaks HTTP+SSE (SS04 asks for that order once, not on every
+    reconnection).
+    """
+
+    def __init__(self, settings: HttpSettings, name: str) -> None:
+        self.settings = settings
+        self._name = name
+        self.legacy_transport: _Transport | None = None
+        self.connections = 0
+
+    @property
+    def config_key(self) -> str:
+        return "http\0" + self.settings.url
+
+    async def connect(self) -> HttpConnection:
+        """A new connection, once the server's port accepts TCP connections.
+
+        While it does not, this waits and retries with backoff (logging each failure), so a server that is not up
+        yet is not mistaken for one of a particular era. Never raises for an unreachable server; cancel it.
+        """
+        await self._wait_reachable()
+        self.connections += 1
+        return HttpConnection(self.settings, self, self._name)
+
+    async def _wait_reachable(self) -> None:
+        parts = urlsplit(self.settings.url)
+        host = parts.hostname or ""
+        port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+        delay = 0.25
+        while True:
+            try:
+                with trio.fail_after(self.settings.connect_timeout):
+                    stream = await trio.open_tcp_stream(host, port)
+            except (OSError, trio.TooSlowError) as exc:
+                log.warning("%s: cannot reach %s:%d (%s); retrying in %.1f s", self._name, host, port,
+                            exc or type(exc).__name__, delay)
+            else:
+                await stream.aclose()
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+
+# ------------------------------------------------------------------------------------------------ connection
+
+
+@final
+class HttpConnection:
+    """One connection to an HTTP server, as the upstream session sees it: a :class:`Connection` and its
+    :class:`Channel` in one object (:attr:`channel` is ``self``).
+
+    Every request the session sends runs in its own task (in the session's nursery, from
+    :meth:`start_side_tasks`) and delivers exactly one response or error for the request's id, unless the session
+    cancelled it. The connection ends by itself only when a legacy server loses the session (HL05) or an HTTP+SSE
+    stream closes; :meth:`wait_ended` then returns why.
+    """
+
+    def __init__(self, settings: HttpSettings, connector: HttpConnector, name: str) -> None:
+        self._settings = settings
+        self._connector = connector
+        self._name = name
+        self._url = settings.url
+        base_headers = {"Accept": ACCEPT_BOTH, "Accept-Encoding": "identity",
+                        "User-Agent": f"warden/{__version__}"}
+        base_headers.update(dict(settings.headers))
+        self._client = httpx.AsyncClient(
+            headers=base_headers, follow_redirects=False, trust_env=False,
+            timeout=httpx.Timeout(connect=settings.connect_timeout, read=None, write=settings.write_timeout,
+                                  pool=settings.connect_timeout))
+        self._ack_timeout = httpx.Timeout(settings.ack_timeout, connect=settings.connect_timeout)
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[list[Incoming]](INBOX_BATCHES)
+        self._nursery: trio.Nursery | None = None
+        self._ended = trio.Event()
+        self._end_reason = ""
+        self._flights: dict[bytes, _Flight] = {}
+        self._wire_ids = 0
+        # legacy state
+        self._transport: _Transport | None = None
+        self._session_id: str | None = None
+        self._version: str | None = None
+        self._initialize_id: bytes | None = None
+        self._endpoint: str | None = None
+        self._get_stream = False
+        # modern state: what warden knows of the server's tools, for Mcp-Param-* headers (HM06) and HM11
+        self._tools: dict[str, ToolHeaders] = {}
+        self._excluded: dict[str, str] = {}
+        self._unlisted: set[str] = set()
+
+    # -- Connection ---------------------------------------------------------------------------------------------
+
+    @property
+    def channel(self) -> HttpConnection:
+        return self
+
+    @property
+    def label(self) -> str:
+        parts = urlsplit(self._url)
+        return parts._replace(query="", fragment="").geturl()
+
+    @property
+    def max_message_size(self) -> int:
+        return self._settings.max_message_size
+
+    @property
+    def session_id(self) -> str | None:
+        """The legacy session id the server assigned, if any (for tests and diagnostics)."""
+        return self._session_id
+
+    @property
+    def transport(self) -> str:
+        """``modern``, ``streamable HTTP`` or ``HTTP+SSE``: how this connection talks to the server."""
+        return self._transport.value if self._transport is not None else "modern"
+
+    def start_side_tasks(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+
+    async def wait_ended(self) -> str:
+        await self._ended.wait()
+        return self._end_reason
+
+    async def stop(self, *, graceful: bool) -> None:
+        """End the session politely (DELETE, HL06) when it is a legacy Streamable HTTP one, then close the client.
+
+        Runs shielded and always completes; a DELETE that fails or is refused (405) changes nothing.
+        """
+        self._end("warden closed the connection")
+        with trio.CancelScope(shield=True):
+            if graceful and self._transport is _Transport.STREAMABLE and self._session_id is not None:
+                with trio.move_on_after(self._settings.ack_timeout):
+                    try:
+                        response = await self._client.delete(self._url, headers=self._legacy_headers(),
+                                                              timeout=self._ack_timeout)
+                        log.debug("%s: DELETE of the session answered %d", self._name, response.status_code)
+                    except httpx.HTTPError as exc:
+                        log.debug("%s: DELETE of the session failed: %s", self._name, exc)
+            with trio.move_on_after(5):
+                await self._client.aclose()
+
+    # -- Channel ------------------------------------------------------------------------------------------------
+
+    async def receive_batch(self) -> list[Incoming]:
+        """The next messages from the server (from any stream), in the order each stream delivered them."""
+        try:
+            return await self._inbox_receive.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            return []
+
+    async def send(self, message: bytes) -> None:
+        """Carry one message of the session to the server.
+
+        A request starts its own task and returns at once; its answer comes back through :meth:`receive_batch`.
+        A notification is POSTed before this returns (so ``notifications/initialized`` is accepted before the next
+        request goes out), except ``notifications/cancelled``, which closes or cancels at once. An answer to a
+        server request is POSTed in the background.
+
+        Raises:
+            trio.ClosedResourceError: the connection has ended.
+            LocalProtocolError: ``message`` is not a JSON-RPC message (a bug in the caller).
+        """
+        if self._ended.is_set() or self._nursery is None:
+            raise trio.ClosedResourceError("the HTTP connection has ended")
+        parsed = parse_message(message)
+        if isinstance(parsed, Request):
+            self._start_flight(parsed)
+        elif isinstance(parsed, Notification):
+            await self._send_notification(parsed)
+        elif isinstance(parsed, Response | ErrorResponse):
+            if self._transport is None:
+                log.warning("%s: dropped an answer to a server request: a modern server sends none", self._name)
+                return
+            self._nursery.start_soon(self._post_ack, parsed.raw, "an answer to a server request")
+        else:
+            raise LocalProtocolError(f"refusing to send an invalid message: {parsed.reason}")
+
+    # -- plumbing -----------------------------------------------------------------------------------------------
+
+    def _end(self, reason: str) -> None:
+        if not self._ended.is_set():
+            self._end_reason = reason
+            self._ended.set()
+
+    async def _deliver(self, batch: Sequence[Message]) -> None:
+        if not batch:
+            return
+        if self._initialize_id is not None:
+            for message in batch:
+                if isinstance(message, Response) and message.id == self._initialize_id:
+                    self._sniff_version(message)
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            await self._inbox_send.send(list(batch))
+
+    def _sniff_version(self, response: Response) -> None:
+        """HL08: the version header after ``initialize`` is the version the server answered, never a constant."""
+        self._initialize_id = None
+        try:
+            version = decode_object(response.result).get("protocolVersion")
+        except (msgspec.DecodeError, TypeError):
+            return
+        if isinstance(version, str) and _HEADER_VALUE.fullmatch(version):
+            self._version = version
+
+    def _next_wire_id(self) -> bytes:
+        self._wire_ids += 1
+        return b'"warden-http-%d"' % self._wire_ids
+
+    def _legacy_headers(self) -> list[tuple[str, str]]:
+        headers: list[tuple[str, str]] = []
+        if self._session_id is not None:
+            headers.append((SESSION_HEADER, self._session_id))
+        if self._version is not None:
+            headers.append((PROTOCOL_VERSION_HEADER, self._version))
+        return headers
+
+    def _post_url(self) -> str:
+        return self._endpoint if self._transport is _Transport.SSE and self._endpoint else self._url
+
+    @contextlib.asynccontextmanager
+    async def _open(self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes | None = None,
+                    *, timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.Response]:
+        """One HTTP exchange, following 307/308 within the origin; the response is closed on exit.
+
+        Raises:
+            UpstreamError: the exchange failed (mapped from httpx), or a redirect leads to another origin.
+        """
+        extra = list(headers)
+        if body is not None:
+            extra.append(("Content-Type", "application/json"))
+        for _ in range(MAX_REDIRECTS + 1):
+            request = self._client.build_request(method, url, headers=extra, content=body,
+                                                 timeout=timeout or httpx.USE_CLIENT_DEFAULT)
+            try:
+                response = await self._client.send(request, stream=True)
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                raise map_http_error(exc, url) from exc
+            if response.status_code in (307, 308):
+                location = response.headers.get("location")
+                await self._close(response)
+                try:
+                    url = redirect_target(url, location)
+                except RemoteProtocolError as exc:
+                    raise _Unanswered(exc.message, response.status_code) from exc
+                continue
+            try:
+                yield response
+            finally:
+                await self._close(response)
+            return
+        raise _Unanswered(f"more than {MAX_REDIRECTS} redirects from {self.label}")
+
+    async def _close(self, response: httpx.Response) -> None:
+        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
+            await response.aclose()
+
+    async def _read_body(self, response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
+        """The whole body, read up to ``limit`` bytes; with ``truncate``, its first ``limit`` bytes.
+
+        Raises:
+            _Unanswered: (without ``truncate``) the body is larger than ``limit``; the rest is never read.
+            UpstreamError: the connection failed while reading (mapped from httpx).
+        """
+        declared = response.headers.get("content-length")
+        if not truncate and declared is not None and declared.isdigit() and int(declared) > limit:
+            raise _Unanswered(f"the server's answer ({declared} bytes) exceeds the {limit}-byte message limit",
+                              response.status_code)
+        buffer = bytearray()
+        try:
+            async for chunk in response.aiter_raw():
+                buffer += chunk
+                if len(buffer) > limit:
+                    if truncate:
+                        return bytes(buffer[:limit])
+                    raise _Unanswered(f"the server's answer exceeds the {limit}-byte message limit",
+                                      response.status_code)
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            raise map_http_error(exc, self.label) from exc
+        return bytes(buffer)
+
+    def _check_encoding(self, response: httpx.Response) -> str | None:
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("", "identity"):
+            return None
+        return f"the server sent a {encoding!r}-encoded answer although warden asked for identity"
+
+    async def _exchange(self, url: str, headers: Sequence[tuple[str, str]], body: bytes, *, expect: bytes,
+                        carried_session: bool, deliver: bool = True) -> _Outcome:
+        """POST one request and read its answer until the response to ``expect`` arrives.
+
+        Notifications and server requests on a response stream are delivered as they come (unless ``deliver`` is
+        off, for warden's own requests). Transport failures before the answer started raise; failures after it
+        started are a :class:`_Broken` outcome (the caller resumes or re-issues).
+
+        Raises:
+            UpstreamError: the exchange could not start (mapped from httpx), including a refused redirect.
+            _Unanswered: the answer is not a JSON-RPC answer (wrong type, too large, compressed, hostile stream).
+        """
+        async with self._open("POST", url, headers, body) as response:
+            return await self._read_answer(response, expect=expect, carried_session=carried_session,
+                                           deliver=deliver)
+
+    async def _read_answer(self, response: httpx.Response, *, expect: bytes, carried_session: bool,
+                           deliver: bool) -> _Outcome:
+        status = response.status_code
+        kind = classify(status, response.headers.get("content-type"), carried_session=carried_session)
+        if kind is AnswerKind.SESSION_LOST:
+            return _SessionLost(status)
+        if kind is AnswerKind.ACCEPTED:
+            return _Accepted(status, response.headers)
+        problem = self._check_encoding(response)
+        if problem is not None:
+            raise _Unanswered(problem, status)
+        if kind is AnswerKind.EVENT_STREAM:
+            return await self._read_stream(response, expect=expect, deliver=deliver)
+        json_body = kind is AnswerKind.JSON
+        try:
+            body = await self._read_body(response, self._settings.max_message_size if json_body
+                                         else ERROR_SNIPPET_BYTES, truncate=not json_body)
+        except _Unanswered:
+            raise
+        except UpstreamError as exc:
+            return _Broken(f"the answer broke off: {exc.message}")
+        if json_body:
+            return _Final(request_outcome(expect, status, body), status, response.headers)
+        raise _Unanswered(f"HTTP {status} ({response.headers.get('content-type') or 'no content type'})", status,
+                          body)
+
+    async def _read_stream(self, response: httpx.Response, *, expect: bytes | None, deliver: bool = True,
+                           endpoint: list[str] | None = None,
+                           task_status: trio.TaskStatus[str] | None = None) -> _Outcome:
+        """Read an event stream: deliver what it carries, return at the response to ``expect`` or at its end.
+
+        ``endpoint``/``task_status`` serve the HTTP+SSE transport: its ``endpoint`` event is resolved and passed to
+        ``task_status.started``. A stream that breaks a bound or the format ends the exchange with
+        :class:`_Unanswered` (it is never resynchronised or resumed).
+        """
+        parser = SSEParser(max_event_size=self._settings.max_message_size + 64 * 1024)
+        status = response.status_code
+        try:
+            async for chunk in response.aiter_raw():
+                batch: list[Message] = []
+                for event in parser.feed(chunk):
+                    if event.event == "endpoint" and task_status is not None and endpoint is not None:
+                        if endpoint:
+                            continue  # announced once; a second announcement is ignored
+                        endpoint.append(resolve_endpoint(self._url, event.data))
+                        task_status.started(endpoint[0])
+                        continue
+                    if event.event != "message" or not event.data.strip():
+                        continue  # priming events (id and retry only) and unknown event types
+                    message = parse_message(event.data.encode("utf-8"))
+                    if expect is not None and isinstance(message, Response | ErrorResponse) \
+                            and message.id == expect:
+                        if deliver:
+                            await self._deliver(batch)
+                        return _Final(message, status, response.headers)
+                    batch.append(message)
+                if deliver:
+                    await self._deliver(batch)
+        except (SSEError, RemoteProtocolError) as exc:
+            raise _Unanswered(f"the server's event stream is unusable: {exc.message}", status) from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            return _Broken(f"the event stream broke: {map_http_error(exc, self.label).message}",
+                           parser.last_event_id, parser.retry)
+        parser.close()
+        return _Broken("the event stream ended before the response", parser.last_event_id, parser.retry)
+
+    # -- requests -----------------------------------------------------------------------------------------------
+
+    def _start_flight(self, request: Request) -> None:
+        assert self._nursery is not None
+        try:
+            params = decode_object(request.params)
+        except (msgspec.DecodeError, TypeError) as exc:
+            raise LocalProtocolError("refusing to send a request whose params are not an object") from exc
+        flight = _Flight(request, params, _is_modern(params))
+        self._flights[request.id] = flight
+        self._nursery.start_soon(self._run_flight, flight)
+
+    async def _run_flight(self, flight: _Flight) -> None:
+        request = flight.request
+        try:
+            with flight.scope:
+                try:
+                    if flight.modern:
+                        await self._modern(flight)
+                    elif request.method == "initialize":
+                        await self._initialize(flight)
+                    else:
+                        await self._legacy(flight)
+                except _Unanswered as exc:
+                    # The era probe expects a legacy server to answer server/discover with anything: not a warning.
+                    level = logging.INFO if request.method == "server/discover" else logging.WARNING
+                    log.log(level, "%s: %s: %s", self._name, request.method, exc.message)
+                    await self._deliver([exc.failure(request.id)])
+                except (UpstreamError, ConfigError, ProtocolError) as exc:
+                    log.warning("%s: %s failed: %s", self._name, request.method, exc.message)
+                    code = exc.jsonrpc_code if isinstance(exc, ProtocolError) else CONNECTION_CLOSED
+                    await self._deliver([_local_error(request.id, code, exc.message)])
+        finally:
+            self._flights.pop(request.id, None)
+
+    async def _modern(self, flight: _Flight) -> None:
+        """One modern request: headers from the body, tool screening, -32020 retry, re-issue of broken streams."""
+        request, params = flight.request, flight.params
+        tool: ToolHeaders | None = None
+        if request.method == "tools/call":
+            found = await self._tool_for_call(params)
+            if isinstance(found, str):
+                await self._deliver([_local_error(request.id, INVALID_PARAMS, found)])
+                return
+            tool = found
+        wire_id = request.id
+        reissued = relisted = False
+        while True:
+            headers = request_headers(request.method, params, tool=tool)
+            body = encode_request(wire_id, request.method, request.params)
+            try:
+                outcome = await self._exchange(self._url, headers, body, expect=wire_id, carried_session=False)
+            except UpstreamError as exc:
+                if reissued or isinstance(exc, _Unanswered):
+                    raise
+                outcome = _Broken(exc.message)
+            if isinstance(outcome, _Broken):
+                if reissued:
+                    raise UpstreamClosed(f"{request.method}: {outcome.reason} (also after re-issuing it)")
+                reissued = True
+                wire_id = self._next_wire_id()
+                log.info("%s: %s: %s; re-issuing it as id %s (HM18)", self._name, request.method, outcome.reason,
+                         wire_id.decode())
+                continue
+            if not isinstance(outcome, _Final):
+                raise _Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
+            message = outcome.message
+            if (isinstance(message, ErrorResponse) and message.code == HEADER_MISMATCH
+                    and request.method == "tools/call" and not relisted):
+                relisted = True
+                log.info("%s: tools/call answered -32020 (%s); re-listing tools and retrying once (HM16)",
+                         self._name, message.message[:200])
+                await self._relist(params)
+                found = self._known_tool(params.get("name"))
+                if isinstance(found, str):
+                    await self._deliver([_local_error(request.id, INVALID_PARAMS, found)])
+                    return
+                tool = found
+                wire_id = self._next_wire_id()
+                continue
+            message = _rebind(message, request.id)
+            if request.method == "tools/list" and isinstance(message, Response):
+                message = self._screen_tools(message)
+            await self._deliver([message])
+            return
+
+    def _known_tool(self, name: object) -> ToolHeaders | str | None:
+        """The checked definition of a listed tool, the reason it cannot be called, or None if never listed."""
+        if not isinstance(name, str):
+            return None
+        problem = self._excluded.get(name)
+        if problem is not None:
+            return (f"tool {name!r} is excluded: its x-mcp-header annotations are invalid ({problem}); "
+                    "warden does not call it over HTTP")
+        return self._tools.get(name)
+
+    async def _tool_for_call(self, params: Mapping[str, Any]) -> ToolHeaders | str | None:
+        name = params.get("name")
+        found = self._known_tool(name)
+        if found is None and isinstance(name, str) and name not in self._unlisted:
+            await self._relist(params)
+            found = self._known_tool(name)
+            if found is None:
+                self._unlisted.add(name)
+        return found
+
+    def _screen_tools(self, response: Response) -> Response:
+        """HM11: drop every tool with invalid ``x-mcp-header`` annotations from a ``tools/list`` page (a warning
+        names each, with the reason); remember the valid ones' headers. An untouched page is passed on as is."""
+        try:
+            result = decode_object(response.result)
+        except (msgspec.DecodeError, TypeError):
+            return response
+        tools = result.get("tools")
+        if not isinstance(tools, list):
+            return response
+        self._unlisted.clear()
+        kept: list[Any] = []
+        for tool in tools:
+            name = tool.get("name") if isinstance(tool, dict) else None
+            if not isinstance(name, str):
+                kept.append(tool)
+                continue
+            checked = check_tool_headers(tool)
+            if checked.problem is None:
+                self._tools[name] = checked
+                self._excluded.pop(name, None)
+                kept.append(tool)
+            else:
+                if name not in self._excluded:
+                    log.warning("%s: tool %r excluded: %s", self._name, name, checked.problem)
+                self._excluded[name] = checked.problem
+                self._tools.pop(name, None)
+        if len(kept) == len(tools):
+            return response
+        result["tools"] = kept
+        screened = parse_message(encode_result(response.id, encode_json(result)))
+        assert isinstance(screened, Response)
+        return screened
+
+    async def _relist(self, call_params: Mapping[str, Any]) -> None:
+        """List every page of tools for warden itself (HM06, HM16), under the calling request's version and
+        capabilities; nothing of it reaches the session. Failures leave what warden knew unchanged."""
+        meta = call_params.get("_meta")
+        if not isinstance(meta, Mapping):
+            return
+        own_meta = {key: meta[key] for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO)
+                    if key in meta}
+        cursor: object = None
+        for _ in range(MAX_LIST_PAGES):
+            params: dict[str, Any] = {"_meta": own_meta}
+            if cursor is not None:
+                params["cursor"] = cursor
+            wire_id = self._next_wire_id()
+            try:
+                outcome = await self._exchange(
+                    self._url, request_headers("tools/list", params), encode_request(wire_id, "tools/list",
+                                                                                     encode_json(params)),
+                    expect=wire_id, carried_session=False, deliver=False)
+            except UpstreamError as exc:
+                log.warning("%s: listing tools for header checks failed: %s", self._name, exc.message)
+                return
+            if not isinstance(outcome, _Final) or not isinstance(outcome.message, Response):
+                log.warning("%s: listing tools for header checks got no list", self._name)
+                return
+            self._screen_tools(outcome.message)
+            try:
+                cursor = decode_object(outcome.message.result).get("nextCursor")
+            except (msgspec.DecodeError, TypeError):
+                return
+            if not isinstance(cursor, str):
+                return
+
+    async def _initialize(self, flight: _Flight) -> None:
+        """Legacy Streamable HTTP's ``initialize`` (HL01, HL04), or the fall back to HTTP+SSE (ER12, SS01)."""
+        request = flight.request
+        self._initialize_id = request.id
+        if self._connector.legacy_transport is _Transport.SSE:
+            await self._start_sse_transport()
+            await self._post_to_endpoint(request)
+            return
+        try:
+            outcome = await self._exchange(self._url, [], request.raw, expect=request.id, carried_session=False)
+        except _Unanswered as exc:
+            if exc.status is None or not falls_back_to_sse(exc.status) or not await self._try_sse_transport(exc.status):
+                raise
+            await self._post_to_endpoint(request)
+            return
+        if isinstance(outcome, _Final):
+            if isinstance(outcome.message, ErrorResponse) and falls_back_to_sse(outcome.status) \
+                    and await self._try_sse_transport(outcome.status):
+                await self._post_to_endpoint(request)
+                return
+            if isinstance(outcome.message, Response):
+                self._adopt_session(outcome.headers)
+                self._transport = _Transport.STREAMABLE
+                self._connector.legacy_transport = _Transport.STREAMABLE
+            await self._deliver([outcome.message])
+            return
+        await self._finish_legacy(flight, outcome)
+
+    def _adopt_session(self, headers: httpx.Headers) -> None:
+        """HL04: keep the session id the ``initialize`` answer assigned (visible ASCII only, bounded)."""
+        session_id = headers.get(SESSION_HEADER)
+        if session_id is None:
+            return
+        if not valid_session_id(session_id):
+            raise RemoteProtocolError("the server assigned an Mcp-Session-Id that is not visible ASCII "
+                                      "(or is over-long)", jsonrpc_code=CONNECTION_CLOSED)
+        self._session_id = session_id
+
+    async def _try_sse_transport(self, status: int) -> bool:
+        """ER12: the ``initialize`` POST was refused (400/404/405); see whether the URL speaks HTTP+SSE."""
+        log.info("%s: initialize POST answered HTTP %d; trying the HTTP+SSE transport (2024-11-05)", self._name,
+                 status)
+        try:
+            await self._start_sse_transport()
+        except (UpstreamError, ProtocolError) as exc:
+            log.info("%s: no HTTP+SSE transport either: %s", self._name, exc.message)
+            return False
+        return True
+
+    async def _legacy(self, flight: _Flight) -> None:
+        request = flight.request
+        if self._transport is _Transport.SSE:
+            await self._post_to_endpoint(request)
+            return
+        carried = self._session_id is not None
+        outcome = await self._exchange(self._url, self._legacy_headers(), request.raw, expect=request.id,
+                                       carried_session=carried)
+        await self._finish_legacy(flight, outcome)
+
+    async def _finish_legacy(self, flight: _Flight, outcome: _Outcome) -> None:
+        request = flight.request
+        if isinstance(outcome, _Final):
+            await self._deliver([outcome.message])
+        elif isinstance(outcome, _SessionLost):
+            self._session_lost(request.method)
+        elif isinstance(outcome, _Accepted):
+            raise _Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
+        else:
+            await self._resume(flight, outcome)
+
+    def _session_lost(self, what: str) -> None:
+        log.warning("%s: the server answered 404 to %s: it no longer knows session %s; starting a new one (HL05)",
+                    self._name, what, self._session_id)
+        self._end("the server ended the session (HTTP 404); warden starts a new one")
+
+    async def _resume(self, flight: _Flight, broken: _Broken) -> None:
+        """HL11 / SEP-1699: a response stream that ended early is resumed by GET with ``Last-Event-ID`` after the
+        server's ``retry``, as often as it keeps ending without the response (bounded)."""
+        request = flight.request
+        for _ in range(MAX_RESUMES):
+            if not broken.last_event_id:
+                break
+            await trio.sleep(resume_delay(broken.retry))
+            headers = [*self._legacy_headers(), ("Accept", "text/event-stream"),
+                       (LAST_EVENT_ID_HEADER, broken.last_event_id)]
+            async with self._open("GET", self._url, headers) as response:
+                kind = classify(response.status_code, response.headers.get("content-type"),
+                                carried_session=self._session_id is not None)
+                if kind is AnswerKind.SESSION_LOST:
+                    self._session_lost(f"the resumption of {request.method}")
+                    return
+                if kind is not AnswerKind.EVENT_STREAM:
+                    broken = _Broken(f"resuming it answered HTTP {response.status_code}")
+                    break
+                outcome = await self._read_stream(response, expect=request.id)
+            if isinstance(outcome, _Final):
+                await self._deliver([outcome.message])
+                return
+            assert isinstance(outcome, _Broken)
+            broken = _Broken(outcome.reason, outcome.last_event_id or broken.last_event_id,
+                             outcome.retry if outcome.retry is not None else broken.retry)
+        raise UpstreamClosed(f"{request.method}: {broken.reason}, and it could not be resumed")
+
+    # -- HTTP+SSE (2024-11-05) ----------------------------------------------------------------------------------
+
+    async def _start_sse_transport(self) -> None:
+        assert self._nursery is not None
+        try:
+            with trio.fail_after(self._settings.endpoint_timeout):
+                endpoint = await self._nursery.start(self._serve_sse_transport)
+        except trio.TooSlowError as exc:
+            raise UpstreamTimeout(f"{self.label} announced no HTTP+SSE endpoint within "
+                                  f"{self._settings.endpoint_timeout:g} s") from exc
+        self._endpoint = endpoint
+        self._transport = _Transport.SSE
+        self._connector.legacy_transport = _Transport.SSE
+        log.info("%s: HTTP+SSE transport, posting to %s", self._name, endpoint)
+
+    async def _serve_sse_transport(self, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        """SS01/SS03: the HTTP+SSE stream. Raises before ``started`` (no stream, no endpoint); after it, the
+        stream's end ends the connection."""
+        endpoint: list[str] = []
+        async with self._open("GET", self._url, [("Accept", "text/event-stream")]) as response:
+            kind = classify(response.status_code, response.headers.get("content-type"), carried_session=False)
+            if kind is not AnswerKind.EVENT_STREAM:
+                raise UpstreamClosed(f"GET {self.label} answered HTTP {response.status_code} "
+                                     f"({response.headers.get('content-type') or 'no content type'}), not an "
+                                     "event stream")
+            problem = self._check_encoding(response)
+            if problem is not None:
+                raise UpstreamClosed(problem)
+            try:
+                outcome = await self._read_stream(response, expect=None, endpoint=endpoint, task_status=task_status)
+            except _Unanswered as exc:
+                if not endpoint:
+                    raise
+                outcome = _Broken(exc.message)
+        if not endpoint:
+            raise UpstreamClosed(f"the HTTP+SSE stream of {self.label} ended without an endpoint event")
+        reason = outcome.reason if isinstance(outcome, _Broken) else "it ended"
+        self._end(f"the server's HTTP+SSE stream closed ({reason})")
+
+    async def _post_to_endpoint(self, request: Request) -> None:
+        """SS02: POST to the announced endpoint; the answer comes on the stream (a direct JSON answer counts too)."""
+        assert self._endpoint is not None
+        async with self._open("POST", self._endpoint, self._legacy_headers(), request.raw) as response:
+            outcome = await self._read_answer(response, expect=request.id, carried_session=False, deliver=True)
+        if isinstance(outcome, _Final):
+            await self._deliver([outcome.message])
+
+    # -- notifications and answers ------------------------------------------------------------------------------
+
+    async def _send_notification(self, note: Notification) -> None:
+        assert self._nursery is not None
+        if note.method == "notifications/cancelled":
+            self._cancel(note)
+            return
+        if self._transport is None:
+            log.debug("%s: %s not sent: modern HTTP carries no client notifications", self._name, note.method)
+            return
+        accepted = await self._post_ack(note.raw, note.method)
+        if (note.method == "notifications/initialized" and accepted and self._transport is _Transport.STREAMABLE
+                and not self._get_stream):
+            self._get_stream = True
+            self._nursery.start_soon(self._serve_get_stream)
+
+    def _cancel(self, note: Notification) -> None:
+        """HM19: a modern request is cancelled by closing its stream. HL09: a legacy one by POSTing the
+        notification (a disconnect is not a cancellation), after which its stream is closed too."""
+        assert self._nursery is not None
+        try:
+            request_id = encode_json(decode_object(note.params).get("requestId"))
+        except (msgspec.DecodeError, TypeError):
+            return
+        flight = self._flights.get(request_id)
+        if flight is not None and flight.modern:
+            flight.scope.cancel()
+            return
+        if self._transport is None:
+            return
+        self._nursery.start_soon(self._post_cancel, note, flight)
+
+    async def _post_cancel(self, note: Notification, flight: _Flight | None) -> None:
+        await self._post_ack(note.raw, note.method)
+        if flight is not None:
+            flight.scope.cancel()
+
+    async def _post_ack(self, raw: bytes, what: str) -> bool:
+        """POST a notification or an answer (HL03, HL09, SS02); it should be accepted (202). Failures are logged:
+        nothing waits for them."""
+        url = self._post_url()
+        try:
+            async with self._open("POST", url, self._legacy_headers(), raw, timeout=self._ack_timeout) as response:
+                kind = classify(response.status_code, response.headers.get("content-type"),
+                                carried_session=self._session_id is not None)
+                if kind is AnswerKind.SESSION_LOST:
+                    self._session_lost(what)
+                    return False
+                if kind is AnswerKind.FAILURE or response.status_code >= 400:
+                    log.warning("%s: %s answered HTTP %d", self._name, what, response.status_code)
+                    return False
+                return True
+        except UpstreamError as exc:
+            log.warning("%s: could not send %s: %s", self._name, what, exc.message)
+            return False
+
+    # -- the GET stream (legacy Streamable HTTP) ----------------------------------------------------------------
+
+    async def _serve_get_stream(self) -> None:
+        """HL10: the optional stream of server-initiated messages, resumed with ``Last-Event-ID`` (HL11) when it
+        closes. A server without one (405, or any non-stream answer) is left alone; one that keeps failing is
+        given up on after :data:`MAX_RESUMES` tries without an event in between."""
+        last_event_id = ""
+        retry: int | None = None
+        failures = 0
+        while failures < MAX_RESUMES:
+            headers = [*self._legacy_headers(), ("Accept", "text/event-stream")]
+            if last_event_id:
+                headers.append((LAST_EVENT_ID_HEADER, last_event_id))
+            try:
+                async with self._open("GET", self._url, headers) as response:
+                    kind = classify(response.status_code, response.headers.get("content-type"),
+                                    carried_session=self._session_id is not None)
+                    if kind is AnswerKind.SESSION_LOST:
+                        self._session_lost("the GET stream")
+                        return
+                    if kind is not AnswerKind.EVENT_STREAM or self._check_encoding(response) is not None:
+                        log.debug("%s: no GET stream (HTTP %d)", self._name, response.status_code)
+                        return
+                    outcome = await self._read_stream(response, expect=None)
+            except (UpstreamError, _Unanswered) as exc:
+                log.info("%s: the GET stream failed: %s", self._name, exc.message)
+                failures += 1
+            else:
+                assert isinstance(outcome, _Broken)
+                if outcome.last_event_id and outcome.last_event_id != last_event_id:
+                    failures = 0
+                else:
+                    failures += 1
+                last_event_id = outcome.last_event_id or last_event_id
+                retry = outcome.retry if outcome.retry is not None else retry
+            await trio.sleep(resume_delay(retry) * (2 ** max(0, failures - 1)))
+        log.info("%s: gave up on the GET stream after %d failed attempts", self._name, failures)
+
+
