@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -19,6 +20,55 @@ NODE = shutil.which("node") or "node"
 WARDEN = str(VENV_BIN / "warden")
 
 RAWSERVER = [PYTHON, str(FIXTURES / "rawserver.py")]
+
+
+def sandbox_writable(path: Path) -> Path:
+    """Make ``path`` writable by a sandbox: when warden runs as root the sandbox runs as an unprivileged uid in
+    warden's sandbox group, so the dir gets that group, setgid, mode 2775."""
+    from warden.sandbox._uids import SANDBOX_GID
+
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(path, -1, SANDBOX_GID)
+        path.chmod(0o2775)
+    return path
+
+
+def sandbox_readable(path: Path) -> Path:
+    """Open ``path`` (a test's own tree) for reading by the sandbox's unprivileged uid."""
+    for root, _dirs, files in os.walk(path):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    return path
+
+
+def write_config(tmp_path: Path, *, extra: str = "", read_dirs: tuple[str, ...] = (),
+                 write_dirs: tuple[str, ...] = ()) -> Path:
+    """Write a trusting user config at ``$WARDEN_CONFIG`` (tofu, every capability on, the sandbox may read
+    ``read_dirs`` and write ``tmp_path`` and ``write_dirs``) plus ``extra`` TOML; returns its path."""
+    path = Path(os.environ["WARDEN_CONFIG"])
+    for directory in (tmp_path, *map(Path, write_dirs)):
+        sandbox_writable(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    writable = [str(tmp_path), *write_dirs]
+    path.write_text(f"""
+[defaults]
+on_new = "tofu"
+on_changed = "ask"
+
+[defaults.capabilities]
+sampling = "with-tools"
+sampling_context = true
+elicitation = "url"
+roots = ["/"]
+
+[defaults.sandbox]
+read_dirs = {json.dumps(list(read_dirs))}
+write_dirs = {json.dumps(writable)}
+{extra}
+""")
+    return path
 
 
 def through_warden(argv: list[str], *warden_args: str) -> list[str]:

@@ -18,10 +18,18 @@ from mcp import Client, StdioServerParameters
 from tests.support import NODE, PEERS, VENV_BIN, everything_server, filesystem_server, through_warden
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "WARDEN_ORG_POLICY", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
+# The sandboxed git server runs as another uid than the repo's owner; git refuses such repos unless told.
+GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+
+
+@pytest.fixture(autouse=True)
+def git_env_allowed(trusting: Path) -> None:
+    with trusting.open("a") as config:
+        config.write(f"\n[servers.mcp-server-git]\nenv = {json.dumps(sorted(GIT_SAFE))}\n")
 
 
 def params(argv: list[str]) -> StdioServerParameters:
-    env = {k: os.environ[k] for k in ISOLATION if k in os.environ}
+    env = {k: os.environ[k] for k in ISOLATION if k in os.environ} | GIT_SAFE
     return StdioServerParameters(command=argv[0], args=argv[1:], env=env)
 
 
@@ -77,6 +85,7 @@ def test_typescript_sdk_legacy_gets_the_same_answers_through_warden(server: str,
 
     def run(cmd: list[str]) -> dict[str, Any]:
         out = subprocess.run([NODE, str(script), json.dumps(calls), *cmd], capture_output=True, text=True,
+                             env=os.environ | GIT_SAFE,
                              timeout=60, check=True)
         return json.loads(out.stdout)
 

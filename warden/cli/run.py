@@ -14,20 +14,25 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Sequence
-from pathlib import PurePath
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path, PurePath
+from typing import Any, final
 
 import trio
 
 from warden import __version__, logs
 from warden.cli._common import CommandContext, run_trio
-from warden.errors import ConfigError
+from warden.errors import ConfigError, LaunchError, SandboxUnavailable, WardenError
 from warden.gateway.core import Gateway
+from warden.gateway.guard import Guard
 from warden.gateway.stdio import StdioHost
-from warden.launcher import Launcher, LaunchSpec, UnsafeUnsandboxedLauncher
+from warden.launcher import Launcher, LaunchSpec
+from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_manifest, load_effective_policy
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
+from warden.sandbox import make_launcher
 from warden.transport.channel import MessageChannel
-from warden.upstream.connection import StdioConnector, Upstream, UpstreamOptions
+from warden.upstream.connection import Connection, Connector, StdioConnector, Upstream, UpstreamOptions
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +81,10 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    if not argv:
-        raise ConfigError("no server command given", hint="usage: warden run [--name NAME] -- CMD ARGS")
+    if not argv and not args.name:
+        raise ConfigError("no server command given",
+                          hint="usage: warden run [--name NAME] -- CMD ARGS   (or: warden run --name NAME, for a "
+                               "server configured in your config file)")
     options = UpstreamOptions(
         request_timeout=args.request_timeout, max_request_time=args.max_request_time,
         probe_timeout=args.probe_timeout, handshake_timeout=args.handshake_timeout,
@@ -86,20 +93,84 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         client_info={"name": "warden", "version": __version__})
     logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
     logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
-    name = args.name or derive_name(argv)
-    spec = LaunchSpec(argv=tuple(argv), env=_server_env(ctx), cwd=os.getcwd())
-    launcher: Launcher = UnsafeUnsandboxedLauncher()
     try:
-        return run_trio(_serve_stdio, name, spec, launcher, options)
+        plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options)
+        return run_trio(_serve_stdio, plan, options)
     finally:
         logs.shutdown()
 
 
-def _server_env(ctx: CommandContext) -> dict[str, str]:
-    return dict(ctx.env)
+@final
+@dataclass(frozen=True, slots=True)
+class ServerPlan:
+    """Everything decided before the first byte flows: policy, launch, identity. When the server must not start,
+    the connector refuses; warden still answers the host, with that error, so the host is told why."""
+
+    name: str
+    connector: Connector
+    guard: Guard
 
 
-async def _serve_stdio(name: str, spec: LaunchSpec, launcher: Launcher, options: UpstreamOptions) -> int:
+@final
+class _Refused:
+    """A connector that refuses: the launch was denied or the sandbox cannot be built (fail closed)."""
+
+    def __init__(self, error: WardenError) -> None:
+        self._error = error
+
+    @property
+    def config_key(self) -> str:
+        return "refused"
+
+    async def connect(self) -> Connection:
+        raise self._error
+
+
+def _launcher_for(server: ServerPolicy, spec: LaunchSpec | None, state_dir: Path,
+                  env: Mapping[str, str]) -> Launcher:
+    """The launcher the policy allows for ``server`` (fail closed: a refusal raises ``LaunchError``)."""
+    decision = decide(LaunchFacts(server))
+    if not decision.allowed or spec is None:
+        raise LaunchError(f"launch refused: {decision.reason} [{decision.rule}]", hint=decision.hint)
+    return make_launcher(server.sandbox.value, state_dir=state_dir, host_env=env)
+
+
+def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
+                options: UpstreamOptions | None = None) -> ServerPlan:
+    """Load the effective policy for ``name``, decide the launch, build its sandbox and identity.
+
+    Raises:
+        ConfigError: the config or org policy is invalid (nothing runs until it is fixed).
+        StateError: the state directory is unsafe.
+    """
+    policy = load_effective_policy(ctx.config_path, None, ctx.env)
+    server = policy.server(name, argv)
+    state_dir = ctx.private_state_dir()
+    store = PinStore(state_dir)
+    env = {key: ctx.env[key] for key in server.env_names.value if key in ctx.env}
+    missing = [key for key in server.env_names.value if key not in ctx.env]
+    if missing:
+        log.warning("%s: env %s not set in warden's environment; the server starts without it",
+                    name, ", ".join(missing))
+    spec = LaunchSpec(argv=server.argv, env=env, cwd=os.getcwd()) if server.argv else None
+    manifest: dict[str, Any] = {}
+    connector: Connector
+    try:
+        launcher = _launcher_for(server, spec, state_dir, ctx.env)
+        assert spec is not None
+        manifest = launcher.manifest(spec)
+        connector = StdioConnector(spec, launcher, options or UpstreamOptions(), name)
+    except (LaunchError, SandboxUnavailable) as exc:
+        log.error("%s: %s", name, exc.message)
+        if exc.hint:
+            log.error("%s: hint: %s", name, exc.hint)
+        connector = _Refused(exc)
+    guard = Guard(policy=server, store=store,
+                  manifest=launch_manifest(server.argv, server.env_names.value, manifest, server.network.value))
+    return ServerPlan(name, connector, guard)
+
+
+async def _serve_stdio(plan: ServerPlan, options: UpstreamOptions) -> int:
     stdin_fd, stdout_fd = os.dup(0), os.dup(1)
     # Anything that prints by mistake must not corrupt the protocol stream: fd 1 now points at stderr.
     os.dup2(2, 1)
@@ -108,22 +179,22 @@ async def _serve_stdio(name: str, spec: LaunchSpec, launcher: Launcher, options:
     host_in = trio.lowlevel.FdStream(stdin_fd)
     host_out = trio.lowlevel.FdStream(stdout_fd)
     try:
-        return await serve(name, spec, launcher, options, host_in, host_out)
+        return await serve(plan, options, host_in, host_out)
     finally:
         for fd, flag in flags.items():  # FdStream made them non-blocking; a terminal would stay that way
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETFL, flag)
 
 
-async def serve(name: str, spec: LaunchSpec, launcher: Launcher, options: UpstreamOptions,
+async def serve(plan: ServerPlan, options: UpstreamOptions,
                 host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
     """Serve one host on the given streams until it leaves or warden is told to stop."""
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size)
-    gateway = Gateway(name=name)
-    upstream = Upstream(name=name, connector=StdioConnector(spec, launcher, options, name), handler=gateway,
-                        options=options)
+    gateway = Gateway(name=plan.name, guard=plan.guard)
+    upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
     gateway.bind(upstream)
     host = StdioHost(channel, gateway, question_timeout=options.max_request_time)
+    await plan.guard.observe_identity()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(channel.serve_writer)
         await nursery.start(upstream.run)

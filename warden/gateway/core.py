@@ -26,7 +26,8 @@ import msgspec
 import trio
 
 from warden.errors import PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
-from warden.gateway.questions import check_question, scope_sampling
+from warden.gateway.guard import Guard
+from warden.gateway.questions import check_question, elicitation_modes, scope_sampling
 from warden.gateway.shaping import (
     present_capabilities,
     routable_client_capabilities,
@@ -34,6 +35,7 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
+from warden.policy import Effect, EntryKind
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     INPUT_REQUEST_METHODS,
@@ -75,6 +77,23 @@ MAX_PAGES: Final = 1000
 MAX_INPUT_ROUNDS: Final = 16
 """How many input_required rounds warden relays for one request before giving up."""
 MRTR_REQUESTS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
+
+
+_LIST_CHANGED: Final[Mapping[str, tuple[str, ...]]] = {
+    "notifications/tools/list_changed": ("tools/list",),
+    "notifications/prompts/list_changed": ("prompts/list",),
+    "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
+}
+
+
+class _NullSink:
+    """Where messages of warden's own requests go: nowhere (no host is waiting on them)."""
+
+    async def send(self, message: bytes) -> None:
+        return None
+
+
+_NO_SINK: Final = _NullSink()
 
 
 class _ResultType(msgspec.Struct):
@@ -213,8 +232,9 @@ class Gateway:
     """The protocol logic between hosts and one upstream. Construct, :meth:`bind` the upstream (which takes this
     gateway as its handler), then call :meth:`handle` per host request."""
 
-    def __init__(self, *, name: str) -> None:
+    def __init__(self, *, name: str, guard: Guard) -> None:
         self._name = name
+        self.guard = guard
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
@@ -280,7 +300,7 @@ class Gateway:
         if method == "server/discover":
             return encode_result(request.id, encode_json(await self._discover()))
         if method in LIST_METHODS:
-            return await self._list(request, ctx, params, sink)
+            return await self._list(request, ctx, params, link, sink)
         if method == "logging/setLevel":
             return await self._set_level(request, link, params, sink)
         if method in ("resources/subscribe", "resources/unsubscribe", "subscriptions/listen") \
@@ -292,6 +312,7 @@ class Gateway:
             entry = _InFlight(link, sink, ctx)
             self._in_flight.add(entry)
             try:
+                await self._check(request.method, params, link, sink, ctx)
                 return await self._forward(request, ctx, params, sink)
             finally:
                 self._in_flight.discard(entry)
@@ -307,8 +328,9 @@ class Gateway:
                                                  host_era=Era.LEGACY),
             "serverInfo": dict(description.server_info),
         }
-        if description.instructions is not None:
-            result["instructions"] = description.instructions
+        instructions = await self.guard.approved_instructions(description.instructions)
+        if instructions is not None:
+            result["instructions"] = instructions
         return result
 
     async def _discover(self) -> dict[str, Any]:
@@ -322,8 +344,9 @@ class Gateway:
             "cacheScope": "private",
             "_meta": {META_SERVER_INFO: dict(description.server_info)},
         }
-        if description.instructions is not None:
-            result["instructions"] = description.instructions
+        instructions = await self.guard.approved_instructions(description.instructions)
+        if instructions is not None:
+            result["instructions"] = instructions
         return result
 
     async def _set_level(self, request: Request, link: HostLink, params: dict[str, Any], sink: Sink) -> bytes:
@@ -418,25 +441,50 @@ class Gateway:
         raise RemoteProtocolError("the server asked for input outside a request that may ask",
                                   jsonrpc_code=INTERNAL_ERROR)
 
-    async def _list(self, request: Request, ctx: Context, params: dict[str, Any], sink: Sink) -> bytes:
-        """Follow every page upstream (MS14, MS15) and answer with one complete list."""
+    async def _list(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                    sink: Sink) -> bytes:
+        """Follow every page upstream, record the list against the pins, and answer with the visible part only."""
         if params.get("cursor") is not None:
             return encode_error(request.id, INVALID_PARAMS, "invalid cursor (warden returns complete lists)")
+        fetched = await self._fetch_all(request.method, strip_host_meta(params), ctx, sink)
+        if isinstance(fetched, Reply):
+            assert fetched.error is not None
+            return encode_error_object(fetched.error, request.id)
+        items, ttl, private = fetched
+        await self.guard.observe_list(request.method, items)
+        if self._can_ask_in_band(link, ctx):
+            consent = self.guard.pending_consent(self.guard.kind_of(request.method))
+            if consent is not None:
+                answer = await link.ask(sink, "elicitation/create", consent.params)
+                if answer.ok:
+                    await self.guard.apply_consent(consent, answer.result_dict())
+        visible = self.guard.visible(request.method, items)
+        if request.method == "tools/list":
+            self._tools = {t["name"]: t for t in visible}
+        result: dict[str, Any] = {LIST_METHODS[request.method]: visible}
+        if ctx.era is Era.MODERN:
+            result["resultType"] = "complete"
+            result["ttlMs"] = int(ttl)
+            result["cacheScope"] = "private" if private else "public"
+        return encode_result(request.id, encode_json(result))
+
+    async def _fetch_all(self, method: str, params: Mapping[str, Any], ctx: Context,
+                         sink: Sink) -> tuple[list[Any], int, bool] | Reply:
+        """Every page of an upstream list (MS14, MS15): the items, the smallest ``ttlMs`` and whether any page was
+        private (PX21); or the upstream's error reply."""
         description = await self.upstream.wait_connected()
-        key = LIST_METHODS[request.method]
-        forwarded = strip_host_meta(params)
+        key = LIST_METHODS[method]
         items: list[Any] = []
-        ttl: float | None = None
+        ttl: int | None = None
         private = description.era is Era.LEGACY
         cursor: str | None = None
         for _ in range(MAX_PAGES):
-            page_params = dict(forwarded)
+            page_params = dict(params)
             if cursor is not None:
                 page_params["cursor"] = cursor
-            reply = await self._call_upstream(request.method, page_params, ctx, sink)
+            reply = await self._call_upstream(method, page_params, ctx, sink)
             if not reply.ok:
-                assert reply.error is not None
-                return encode_error_object(reply.error, request.id)
+                return reply
             page = reply.result_dict()
             if description.era is Era.MODERN:
                 result_type(page)
@@ -446,25 +494,91 @@ class Gateway:
                 private = private or page.get("cacheScope") != "public"
             page_items = page.get(key, [])
             if not isinstance(page_items, list):
-                raise RemoteProtocolError(f"{request.method}: {key} is not a list", jsonrpc_code=INTERNAL_ERROR)
+                raise RemoteProtocolError(f"{method}: {key} is not a list", jsonrpc_code=INTERNAL_ERROR)
             items.extend(page_items)
             next_cursor = page.get("nextCursor")
             if next_cursor is None or (next_cursor == "" and description.era is Era.LEGACY):
-                break
+                return items, ttl or 0, private
             if not isinstance(next_cursor, str) or next_cursor == cursor:
-                raise RemoteProtocolError(f"{request.method}: the server's nextCursor does not advance",
+                raise RemoteProtocolError(f"{method}: the server's nextCursor does not advance",
                                           jsonrpc_code=INTERNAL_ERROR)
             cursor = next_cursor
-        else:
-            return encode_error(request.id, INTERNAL_ERROR, f"{request.method} has more than {MAX_PAGES} pages")
-        if request.method == "tools/list":
-            self._tools = {t["name"]: t for t in items if isinstance(t, dict) and isinstance(t.get("name"), str)}
-        result: dict[str, Any] = {key: items}
-        if ctx.era is Era.MODERN:
-            result["resultType"] = "complete"
-            result["ttlMs"] = int(ttl or 0)
-            result["cacheScope"] = "private" if private else "public"
-        return encode_result(request.id, encode_json(result))
+        raise RemoteProtocolError(f"{method} has more than {MAX_PAGES} pages", jsonrpc_code=INTERNAL_ERROR)
+
+    async def _refresh(self, method: str) -> None:
+        """Re-read an upstream list on warden's own account (a call before any list, or ``list_changed``)."""
+        description = await self.upstream.wait_connected()
+        ctx = Context(description.era, description.version, {}, None)
+        fetched = await self._fetch_all(method, {}, ctx, _NO_SINK)
+        if isinstance(fetched, Reply):
+            raise RemoteProtocolError(f"the server refused {method}: {fetched.message}",
+                                      jsonrpc_code=fetched.code or INTERNAL_ERROR)
+        await self.guard.observe_list(method, fetched[0])
+
+    # -- policy on requests -------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _can_ask_in_band(link: HostLink, ctx: Context) -> bool:
+        """A human can be asked on this request: a legacy host that declared form elicitation. (A 2026 host could
+        be asked through an ``input_required`` round; until warden mints its own request state, it is not.)"""
+        return ctx.era is Era.LEGACY and link.legacy is not None and \
+            "form" in elicitation_modes(link.legacy.capabilities)
+
+    async def _check(self, method: str, params: Mapping[str, Any], link: HostLink, sink: Sink,
+                     ctx: Context) -> None:
+        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human when the policy says so.
+
+        Raises:
+            PolicyError: refused (never forwarded): the message says why and which command approves it.
+        """
+        list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
+        if method == "resources/read":
+            for lm in ("resources/list", "resources/templates/list"):
+                if not self.guard.knows(lm) and self._offers(lm):
+                    await self._refresh(lm)
+        elif list_method is not None and not self.guard.knows(list_method):
+            await self._refresh(list_method)
+        channel = self._can_ask_in_band(link, ctx)
+        name = params.get("uri" if method == "resources/read" else "name")
+        if not isinstance(name, str):
+            raise RemoteProtocolError(f"{method} needs a string {'uri' if method == 'resources/read' else 'name'}",
+                                      jsonrpc_code=INVALID_PARAMS)
+        arguments = params.get("arguments") if method == "tools/call" else None
+        arguments = arguments if isinstance(arguments, dict) else None
+        confirmed: str | None = None
+        for _ in range(3):
+            if method == "tools/call":
+                decision = self.guard.decide_call(name, arguments, channel=channel, confirmed_digest=confirmed)
+            elif method == "prompts/get":
+                decision = self.guard.decide_prompt(name, channel=channel)
+            else:
+                decision = self.guard.decide_read(name, channel=channel)
+            if decision.effect is Effect.ALLOW:
+                return
+            if decision.effect is Effect.DENY:
+                log.warning("%s: %s refused: %s", self._name, method, decision.reason)
+                raise self.guard.refuse(decision)
+            if decision.effect is Effect.ASK:
+                kind: EntryKind = ("tool" if method == "tools/call" else "prompt" if method == "prompts/get"
+                                   else "resource")
+                consent = self.guard.pending_consent(kind, name if kind != "resource" else None)
+                if consent is None:
+                    raise self.guard.refuse(decision)
+                answer = await link.ask(sink, "elicitation/create", consent.params)
+                if not answer.ok or not await self.guard.apply_consent(consent, answer.result_dict()):
+                    raise self.guard.refuse(decision)
+            else:  # CONFIRM: bound to the digest of exactly these arguments
+                confirmation = self.guard.call_confirmation(name, arguments)
+                answer = await link.ask(sink, "elicitation/create", confirmation.params)
+                confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
+                if confirmed is None:
+                    raise PolicyError(f"the user did not confirm the call to {name!r}",
+                                      hint="nothing was sent to the server")
+        raise self.guard.refuse(decision)
+
+    def _offers(self, method: str) -> bool:
+        description = self.upstream.description
+        return description is not None and isinstance(description.capabilities.get("resources"), dict)
 
     # -- notifications from hosts -------------------------------------------------------------------------------
 
@@ -483,6 +597,11 @@ class Gateway:
     # -- the upstream's traffic (UpstreamHandler) ---------------------------------------------------------------
 
     async def on_notification(self, method: str, params: bytes | None) -> None:
+        changed = _LIST_CHANGED.get(method)
+        if changed is not None:
+            for list_method in changed:
+                if self.guard.knows(list_method):
+                    await self._refresh(list_method)  # quarantine what changed before anyone can call it
         message = encode_notification(method, params)
         for link in list(self._links):
             if link.unsolicited is None or method not in SERVER_NOTIFICATIONS[link.era]:
@@ -506,10 +625,20 @@ class Gateway:
 
     async def _ask(self, link: HostLink, sink: Sink, method: str, params: Mapping[str, Any],
                    capabilities: Mapping[str, Any]) -> Reply:
-        """Ask a host a server's question if it declared the capability (PX01–PX04)."""
+        """Ask a host a server's question if it declared the capability (PX01–PX04) and policy allows it."""
         refusal = check_question(method, params, capabilities)
         if refusal is not None:
             log.info("%s: %s refused: %s", self._name, method, refusal.reason)
             return Reply.failure(refusal.code, refusal.reason)
-        body = scope_sampling(dict(params)) if method == "sampling/createMessage" else dict(params)
-        return await link.ask(sink, method, body)
+        decision = self.guard.decide_question(method, params, capabilities)
+        if not decision.allowed:
+            log.warning("%s: %s refused by policy: %s", self._name, method, decision.reason)
+            return Reply.failure(INVALID_PARAMS if method == "elicitation/create" else METHOD_NOT_FOUND,
+                                 f"refused by policy: {decision.reason}")
+        body = dict(params)
+        if method == "sampling/createMessage":
+            body = scope_sampling(body) if decision.include_context in (None, "none") else body
+        answer = await link.ask(sink, method, body)
+        if method == "roots/list" and answer.ok:
+            return Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
+        return answer

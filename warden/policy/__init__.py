@@ -62,6 +62,7 @@ from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_file
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins import Detection, Finding, PinEntry, PinState, PinStore, scan_definition
+from warden.policy.pins._types import EntryKind
 
 __all__ = [
     "Decision",
@@ -69,6 +70,7 @@ __all__ = [
     "Effect",
     "EffectivePolicy",
     "ElicitationFacts",
+    "EntryKind",
     "Facts",
     "Finding",
     "GlobRule",
