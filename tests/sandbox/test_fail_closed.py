@@ -122,10 +122,16 @@ def test_user_namespaces_disabled_by_sysctl_is_named(monkeypatch: pytest.MonkeyP
         launcher._preflight()
 
 
-def test_landlock_required_but_not_applied_is_refused(state_dir: Path) -> None:
+def test_landlock_required_where_the_kernel_has_none_is_refused(monkeypatch: pytest.MonkeyPatch,
+                                                                 state_dir: Path) -> None:
+    from warden.sandbox import _host
+
+    monkeypatch.setattr(_host, "landlock_abi", lambda: 0)
     launcher = BwrapLauncher(SandboxSettings(landlock="require"), state_dir=state_dir)
-    with pytest.raises(SandboxUnavailable, match="policy requires the Landlock layer"):
+    with pytest.raises(SandboxUnavailable, match="policy requires the Landlock layer, and this kernel has no "
+                                                 "Landlock"):
         launcher._preflight()
+    BwrapLauncher(SandboxSettings(landlock="off"), state_dir=state_dir)._preflight()  # off: not needed
 
 
 def test_missing_seccomp_support_is_refused(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:

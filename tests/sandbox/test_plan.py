@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path, PurePosixPath
 
@@ -222,3 +223,22 @@ def test_no_mount_ever_lands_inside_a_writable_dir(state_dir: Path, reads: list[
     for mount in result.mounts:
         for dest in writable:
             assert not mount.dest.startswith(dest + os.sep), (mount, dest)
+
+
+def test_landlock_layer_is_a_shim_with_rules_from_the_mounts(state_dir: Path, host_dir: Path) -> None:
+    (host_dir / "ws").mkdir()
+    result = plan(SandboxSettings(landlock="require", write_dirs=(str(host_dir / "ws"),)), state_dir=state_dir)
+    index = result.argv.index("/usr/bin/python3")
+    assert result.argv[index:index + 4] == ("/usr/bin/python3", "-I", "-S", "/run/warden/landlock.py")
+    rules = json.loads(result.argv[index + 4])
+    assert "/usr" in rules["read"]
+    assert "/etc" in rules["read"]
+    assert str(host_dir / "ws") in rules["write"]
+    assert "/tmp" in rules["write"]
+    assert "/home/mcp" in rules["write"]
+    assert "/usr" not in rules["write"]
+    assert result.data["/run/warden/landlock.py"].startswith(b'"""Landlock exec shim')
+    assert result.manifest["landlock"] == "require"
+    off = plan(SandboxSettings(), state_dir=state_dir)
+    assert "/usr/bin/python3" not in off.argv
+    assert "/run/warden/landlock.py" not in off.data

@@ -27,8 +27,9 @@ FILESYSTEM = PEERS / "@modelcontextprotocol" / "server-filesystem" / "dist" / "i
 GIT_SAFE = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 
 
-async def test_ST01_server_everything_sees_only_the_allowed_environment(state_dir: Path) -> None:
-    launcher = make_launcher(SandboxSettings(), state_dir=state_dir)
+@pytest.mark.parametrize("landlock", ["off", "require"])
+async def test_ST01_server_everything_sees_only_the_allowed_environment(state_dir: Path, landlock: str) -> None:
+    launcher = make_launcher(SandboxSettings(landlock=landlock), state_dir=state_dir)  # type: ignore[arg-type]
     spec = LaunchSpec(argv=("node", str(EVERYTHING), "stdio"), env={"ALLOWED_TOKEN": "tok-123"})
     async with mcp_session(launcher, spec) as session:
         result = await session.call_tool("get-env")
@@ -59,8 +60,9 @@ async def test_server_filesystem_writes_its_workspace_and_nothing_else(state_dir
     assert not (host_dir / "evil.txt").exists()
 
 
-async def test_mcp_server_time_answers(state_dir: Path) -> None:
-    launcher = make_launcher(SandboxSettings(), state_dir=state_dir)
+@pytest.mark.parametrize("landlock", ["off", "require"])
+async def test_mcp_server_time_answers(state_dir: Path, landlock: str) -> None:
+    launcher = make_launcher(SandboxSettings(landlock=landlock), state_dir=state_dir)  # type: ignore[arg-type]
     async with mcp_session(launcher, LaunchSpec(argv=(str(VENV_BIN / "mcp-server-time"),))) as session:
         result = await session.call_tool("get_current_time", {"timezone": "UTC"})
     assert json.loads(McpSession.text(result))["timezone"] == "UTC"

@@ -145,10 +145,10 @@ class World:
             "unix_abstract": self.unix_abstract, **more,
         }
 
-    def settings(self, parent: str, **limits: int) -> SandboxSettings:
+    def settings(self, parent: str, *, landlock: str = "off", **limits: int) -> SandboxSettings:
         base = SandboxSettings().limits.model_dump()
         base.update(limits)
-        return SandboxSettings.model_validate({"read_dirs": [str(self.readonly)],
+        return SandboxSettings.model_validate({"read_dirs": [str(self.readonly)], "landlock": landlock,
                                                "write_dirs": [str(self.workspaces[parent])], "limits": base})
 
     def listeners_untouched(self) -> dict[str, bool]:
@@ -260,9 +260,9 @@ def make_world() -> Iterator[World]:
 
 
 def run_probe(world: World, parent: str, mode: str, *, limits: Mapping[str, int] | None = None,
-              stdin: bytes = b"", timeout: float = 60, **config: Any) -> Outcome:
+              stdin: bytes = b"", timeout: float = 60, landlock: str = "off", **config: Any) -> Outcome:
     """Run ``probe.py MODE`` through the production launcher as the given parent ("root" or "user")."""
-    settings = world.settings(parent, **dict(limits or {}))
+    settings = world.settings(parent, landlock=landlock, **dict(limits or {}))
     argv = probe_argv(mode, world.config(parent, **config))
     env = {"PROBE_ALLOWED": "yes"}
     if parent == "root":

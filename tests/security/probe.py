@@ -521,6 +521,24 @@ def h_network() -> dict:
     return a_network()
 
 
+def h_landlock() -> dict:
+    """What the Landlock layer adds on top of the mount namespace (compare runs with landlock off / require)."""
+    def bind_tcp() -> None:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+
+    ws = CONFIG["workspace"]
+    return {
+        "bind_tcp": oserror(bind_tcp),
+        "list_root": oserror(lambda: sorted(os.listdir("/"))[:1]),
+        "signal_init": oserror(lambda: os.kill(1, 0)),
+        "read_etc": oserror(lambda: len(_read("/etc/passwd")) > 0),
+        "write_workspace": oserror(lambda: _write(os.path.join(ws, "landlock.txt"), "ok")),
+        "write_tmp": oserror(lambda: _write("/tmp/landlock.txt", "ok")),
+        "exec_usr": {"ok": subprocess.run(["/usr/bin/true"], check=False).returncode},
+    }
+
+
 HEAVY = {name[2:]: fn for name, fn in globals().items() if name.startswith("h_")}
 
 

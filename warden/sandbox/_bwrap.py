@@ -32,7 +32,7 @@ from warden.launcher import LaunchSpec
 from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
 from warden.sandbox._data import data_dir
-from warden.sandbox._plan import PRLIMIT, SETPRIV, SandboxPlan, bwrap_args, make_plan
+from warden.sandbox._plan import PRLIMIT, SETPRIV, SYSTEM_PYTHON, SandboxPlan, bwrap_args, make_plan
 from warden.sandbox._process import PrefixedReceiveStream, SpawnedProcess, last_line, spawn, wait_ready
 from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._runtime import detect_runtime
@@ -244,7 +244,10 @@ class BwrapLauncher:
         from warden.sandbox._uids import SANDBOX_GID, UID_BASE
 
         uid, gid = (UID_BASE, SANDBOX_GID) if self.privileged else (os.getuid(), os.getgid())
-        return dict(self._plan(spec, uid=uid, gid=gid).manifest)
+        manifest = dict(self._plan(spec, uid=uid, gid=gid).manifest)
+        if self._settings.landlock == "require":
+            manifest["landlock_abi"] = _host.landlock_abi()
+        return manifest
 
     def bwrap(self) -> BwrapBinary:
         """The vetted bwrap binary (found once per launcher)."""
@@ -271,8 +274,13 @@ class BwrapLauncher:
                     hint="allow unprivileged user namespaces (sysctl user.max_user_namespaces=15000), "
                          "or run warden as root so it can use a dedicated uid")
         if self._settings.landlock == "require":
-            raise SandboxUnavailable("policy requires the Landlock layer, which this warden does not apply yet",
-                                     hint='set landlock = "off" for this server')
+            if _host.landlock_abi() < 1:
+                raise SandboxUnavailable("policy requires the Landlock layer, and this kernel has no Landlock",
+                                         hint='use a kernel with Landlock (5.13+, lsm=landlock), or set '
+                                              'landlock = "off" for this server')
+            if not _host.executable(SYSTEM_PYTHON):
+                raise SandboxUnavailable(f"policy requires the Landlock layer, whose shim runs on {SYSTEM_PYTHON}, "
+                                         "which is missing", hint="apt-get install python3")
 
     async def launch(self, spec: LaunchSpec) -> BwrapChild:
         """Start ``spec`` in a fresh sandbox.

@@ -15,10 +15,11 @@ fresh for every run and hold nothing the sandbox left.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
 from warden.errors import LaunchError
@@ -31,6 +32,8 @@ MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "proc", 
 HOSTNAME = "mcp-sandbox"
 PRLIMIT = "/usr/bin/prlimit"
 SETPRIV = "/usr/bin/setpriv"
+SYSTEM_PYTHON = "/usr/bin/python3"  # runs the Landlock shim; always under /usr, so always in the sandbox
+LANDLOCK_SHIM = "/run/warden/landlock.py"
 _FORBIDDEN_BIND_ROOTS = ("/proc", "/dev", "/sys")
 _FORBIDDEN_WRITE = ("/", "/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var",
                     "/root", "/home", "/run")
@@ -127,6 +130,14 @@ def prlimit_args(limits: Limits, hard_caps: Mapping[str, int]) -> list[str]:
             soft = min(soft, hard)
         out.append(f"--{name}={soft}:{hard}")
     return out
+
+
+def landlock_rules(mounts: Sequence[Mount]) -> dict[str, list[str]]:
+    """What the Landlock layer allows: read+execute beneath every read-only mount, read+write beneath scratch and
+    write dirs, device-style access to /dev and /proc; nothing else, whatever the mount namespace shows."""
+    read = sorted({m.dest for m in mounts if m.op in ("ro-bind", "data")} | {"/etc", "/run/warden"})
+    write = sorted(m.dest for m in mounts if m.op in ("bind", "tmpfs"))
+    return {"read": read, "write": write, "devices": ["/dev", "/proc"]}
 
 
 def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile, spec_env: Mapping[str, str],
@@ -273,6 +284,13 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     if privileged:
         shims += [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
                   "--bounding-set=-all", "--"]
+    if settings.landlock == "require":
+        data[LANDLOCK_SHIM] = Path(__file__).with_name("_landlock_shim.py").read_bytes()
+        ordered.insert(0, Mount("data", LANDLOCK_SHIM, LANDLOCK_SHIM, perms=0o444,
+                                why="the Landlock exec shim, copied in (no host path is bound for it)"))
+        ordered.insert(0, Mount("dir", "/run/warden", perms=0o755, why="the Landlock shim's directory"))
+        ordered.insert(0, Mount("dir", "/run", perms=0o755, why="parent of /run/warden"))
+        shims += [SYSTEM_PYTHON, "-I", "-S", LANDLOCK_SHIM, json.dumps(landlock_rules(ordered)), "--"]
     argv = (*shims, *READY_SHIM, *runtime.argv)
 
     manifest: dict[str, Any] = {

@@ -113,7 +113,8 @@ def check_landlock() -> Check:
     abi = _host.landlock_abi()
     if abi == 0:
         return Check("Landlock", "info", "not available in this kernel (an optional extra layer; not applied)")
-    return Check("Landlock", "info", f"ABI {abi} available; warden does not apply it yet (landlock = \"off\")")
+    return Check("Landlock", "info", f"ABI {abi} available; applied to servers whose policy sets "
+                                     "landlock = \"require\" (an extra layer; off by default)")
 
 
 def check_shims() -> Check:
