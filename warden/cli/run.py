@@ -22,10 +22,12 @@ from typing import Any, final
 import trio
 
 from warden import __version__, logs
+from warden.cli import _http as http_cli
 from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError, LaunchError, SandboxUnavailable, WardenError
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
+from warden.gateway.http import HttpOptions, serve_http
 from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec
 from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_manifest, load_effective_policy
@@ -73,6 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
                         help="largest JSON-RPC message accepted from either side (default 16 MiB)")
     parser.add_argument("--quiet-server", action="store_true", help="do not copy the server's stderr to ours")
+    http_cli.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS: the server to run")
     parser.set_defaults(func=run_command)
 
@@ -94,7 +97,16 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
     logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
     try:
+        http: tuple[HttpOptions, Path | None] | None = None
+        if args.http is not None:
+            http = http_cli.http_options(ctx, args, max_body_size=options.max_message_size,
+                                         question_timeout=options.max_request_time)
+        elif args.no_auth or args.token_file is not None or args.allow_origin or args.allow_host:
+            raise ConfigError("--no-auth, --token-file, --allow-origin and --allow-host only go with --http",
+                              hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
         plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options)
+        if http is not None:
+            return run_trio(serve_http_hosts, plan, options, *http)
         return run_trio(_serve_stdio, plan, options)
     finally:
         logs.shutdown()
@@ -201,6 +213,23 @@ async def serve(plan: ServerPlan, options: UpstreamOptions,
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
         await host.serve()
         channel.close_outbox()
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+async def serve_http_hosts(plan: ServerPlan, options: UpstreamOptions, http: HttpOptions,
+                           token_file: Path | None) -> int:
+    """Serve hosts over Streamable HTTP (both eras, any number of sessions, one upstream) until warden is told to
+    stop."""
+    gateway = Gateway(name=plan.name, guard=plan.guard)
+    upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
+    gateway.bind(upstream)
+    await plan.guard.observe_identity()
+    async with trio.open_nursery() as nursery:
+        await nursery.start(upstream.run)
+        url = await nursery.start(serve_http, gateway, http)
+        http_cli.announce(url, token_file)
+        await _stop_on_signals(nursery.cancel_scope)
         nursery.cancel_scope.cancel()
     return 0
 

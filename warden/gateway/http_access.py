@@ -42,7 +42,6 @@ _TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 # host [":" port], where host is a bracketed IPv6 literal or a reg-name / IPv4 address (RFC 3986 authority).
 _AUTHORITY: Final = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]+)(?::([0-9]{1,5}))?")
 _ORIGIN: Final = re.compile(r"(https?)://(.+)")
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 
 
 def is_loopback(host: str) -> bool:
@@ -121,7 +120,7 @@ class AccessPolicy:
     """The ``Host`` and ``Origin`` values that name this warden.
 
     ``names`` are host names (lower case; IPv6 literals in brackets) that may appear in ``Host`` with ``port``,
-    the port warden is bound to. An ``Origin`` is allowed when its host and port are such a pair (a page served
+    the port warden is bound to. An ``Origin`` is allowed when it is ``http://`` with such a pair (a page served
     by warden's own address), or when it is one of ``origins`` exactly (``scheme://host[:port]``, lower case).
     """
 
@@ -179,10 +178,10 @@ class AccessPolicy:
         if text in self.origins:
             return True
         match = _ORIGIN.fullmatch(text)
-        if match is None:
+        if match is None or match.group(1) != "http":  # warden serves plain http: no https page is its own
             return False
         parts = _split_authority(match.group(2))
         if parts is None:
             return False
         name, port = parts
-        return name in self.names and (port if port is not None else _DEFAULT_PORTS[match.group(1)]) == self.port
+        return name in self.names and (port if port is not None else 80) == self.port

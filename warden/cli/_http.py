@@ -1,0 +1,78 @@
+"""``warden run --http HOST:PORT``: the command-line half of the HTTP face (options, token, what is printed).
+
+The bearer token is never printed: warden prints where it is (a file of mode 0600 in its state directory, or the
+``--token-file`` the operator gave) and how to send it. ``--no-auth`` is for loopback only, and says so loudly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from warden.cli._common import CommandContext
+from warden.errors import ConfigError
+from warden.gateway.http import HttpOptions
+from warden.gateway.http_access import is_loopback, parse_bind
+from warden.gateway.http_token import load_or_create_token, read_token_file
+
+log = logging.getLogger(__name__)
+
+SERVING_PREFIX = "warden: serving MCP over HTTP at "
+"""The start of the line on stderr that names the endpoint's URL (tests and scripts look for it)."""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("HTTP (serve hosts over Streamable HTTP instead of stdio)")
+    group.add_argument("--http", metavar="HOST:PORT",
+                       help="serve hosts of either MCP era at http://HOST:PORT/mcp (HOST defaults to 127.0.0.1; "
+                            "port 0 picks a free one)")
+    group.add_argument("--token-file", metavar="FILE", type=Path,
+                       help="the bearer token hosts must send (default: one warden makes in its state dir)")
+    group.add_argument("--no-auth", action="store_true",
+                       help="accept requests without a bearer token (refused unless HOST is a loopback address)")
+    group.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
+                       help="also accept browser requests from ORIGIN (scheme://host[:port]); repeatable")
+    group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                       help="also accept NAME in the Host header (e.g. behind a reverse proxy); repeatable")
+
+
+def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size: int,
+                 question_timeout: float) -> tuple[HttpOptions, Path | None]:
+    """The HTTP face's options from the command line, and the token file in force (None with ``--no-auth``).
+
+    Raises:
+        ConfigError: a malformed ``--http``, ``--no-auth`` off loopback or with ``--token-file``, an unusable
+            token file or origin.
+        StateError: the state directory (where warden keeps its token) is unsafe.
+    """
+    host, port = parse_bind(args.http)
+    if args.no_auth:
+        if args.token_file is not None:
+            raise ConfigError("--no-auth and --token-file exclude each other", hint="drop one of them")
+        if not is_loopback(host):
+            raise ConfigError(f"--no-auth is refused on {host}: only a loopback address may go without a token",
+                              hint="bind 127.0.0.1 (the default), or drop --no-auth and use the bearer token")
+        token, token_file = None, None
+    elif args.token_file is not None:
+        token, token_file = read_token_file(args.token_file), args.token_file
+    else:
+        token, token_file = load_or_create_token(ctx.private_state_dir(), host, port)
+    options = HttpOptions(host=host, port=port, token=token, insecure_no_auth=args.no_auth,
+                          allow_hosts=tuple(args.allow_host), allow_origins=tuple(args.allow_origin),
+                          max_body_size=max_body_size, question_timeout=question_timeout)
+    if not is_loopback(host):
+        log.warning("serving HTTP on %s: reachable from other machines; every request needs the bearer token", host)
+    return options, token_file
+
+
+def announce(url: str, token_file: Path | None) -> None:
+    """Tell the user where the endpoint is and where its token lives (never the token itself)."""
+    print(f"{SERVING_PREFIX}{url}", file=sys.stderr, flush=True)
+    if token_file is None:
+        print("warden: WARNING: --no-auth: any program on this machine may use this endpoint", file=sys.stderr,
+              flush=True)
+    else:
+        print(f'warden: bearer token in {token_file} (hosts send "Authorization: Bearer <that token>")',
+              file=sys.stderr, flush=True)
