@@ -326,12 +326,13 @@ class Store:
         """The last complete checkpoint in checkpoints.log and the offset where complete frames end."""
         fd = self._fds[NOTES]
         data = read_all(fd, 0, self._size_of(NOTES))
-        last: SignedCheckpoint | None = None
-        end = 0
+        last = None
         for frame in scan_frames(data, 0, FRAME_NOTE):
-            last = self._open_note(frame.payload, f"{NOTES} at byte {frame.start}")
-            end = frame.end
-        return last, end
+            last = frame
+        if last is None:
+            return None, 0
+        # Only the newest is checked here (each open stays O(1) in the history); `verify` checks them all.
+        return self._open_note(last.payload, f"{NOTES} at byte {last.start}"), last.end
 
     def _open_note(self, note: bytes, where: str) -> SignedCheckpoint:
         try:

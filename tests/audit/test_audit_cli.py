@@ -1,0 +1,161 @@
+"""`warden audit` show, tail, prove, check-proof, checkpoint, key and export, on a real log."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from warden.audit import Decision, Event, Outcome, Record
+from warden.audit._checkpoint import parse_tlog_proof
+from warden.audit._merkle import leaf_hash, verify_inclusion
+from warden.audit._note import parse_vkey
+from warden.audit._store import Store, format_time
+from warden.cli import main
+
+from .helpers import decision
+
+T0 = 1_800_000_000.0
+
+
+def run(capsys: pytest.CaptureFixture[str], state_dir: Path, *args: str) -> tuple[int, str, str]:
+    code = main(["--state-dir", str(state_dir), "audit", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture
+def log(state_dir: Path) -> Path:
+    store = Store.open(state_dir, clock=lambda: T0)  # a fixed clock: no checkpoint falls due on its own
+    first = store.commit([Record(event=Event.AUDIT_OPENED)])  # the first batch always gets a checkpoint
+    decided = store.commit([decision(1, untrusted_time=at(1)),
+                            decision(2, target="write_file", decision=Decision.DENY, rule="deny.write",
+                                     server_name="git", untrusted_time=at(2))])
+    store.commit([Record(event=Event.CALL_OUTCOME, method="tools/call", decision_index=decided,
+                         outcome=Outcome.OK, server_name="fs", untrusted_time=at(2.5))], publish=True)
+    store.commit([decision(3, untrusted_time=at(4))])  # committed, not yet under a checkpoint
+    store.close()
+    assert first == 0
+    return state_dir
+
+
+def at(seconds: float) -> str:
+    return format_time(T0 + seconds)
+
+
+def lines(text: str) -> list[dict[str, object]]:
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_show_filters_and_json(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, log, "show", "--json")
+    assert code == 0
+    records = lines(out)
+    assert [r["index"] for r in records] == [0, 1, 2, 3, 4]
+    stored = (log / "audit" / "entries.log").read_bytes()
+    assert all(line.encode() in stored for line in out.splitlines())  # byte for byte
+    _, out, _ = run(capsys, log, "show", "--json", "--decision", "deny")
+    assert [r["target"] for r in lines(out)] == ["write_file"]
+    _, out, _ = run(capsys, log, "show", "--json", "--server", "git")
+    assert [r["index"] for r in lines(out)] == [2]
+    _, out, _ = run(capsys, log, "show", "--json", "--tool", "read_file")
+    assert [r["index"] for r in lines(out)] == [1, 4]
+    _, out, _ = run(capsys, log, "show", "--json", "--event", "call.")
+    assert [r["index"] for r in lines(out)] == [1, 2, 3, 4]
+    _, out, _ = run(capsys, log, "show", "--json", "--event", "call.outcome")
+    assert lines(out)[0]["decision_index"] == 1
+    _, out, _ = run(capsys, log, "show", "--json", "--since", "2027-01-15T08:00:01Z", "--until",
+                    "2027-01-15T08:00:02.5Z")
+    assert [r["index"] for r in lines(out)] == [1, 2, 3]
+    _, out, _ = run(capsys, log, "show", "--limit", "2")
+    assert "audit.opened" in out
+    assert "read_file" in out
+    assert "write_file" not in out
+    code, _, err = run(capsys, log, "show", "--since", "yesterday")
+    assert code == 2
+    assert "not an ISO 8601 time" in err
+
+
+def test_tail(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _, out, _ = run(capsys, log, "tail", "-n", "2", "--json")
+    assert [r["index"] for r in lines(out)] == [3, 4]
+    _, out, _ = run(capsys, log, "tail", "-n", "1")
+    assert "call.decided" in out
+
+
+def test_prove_and_check_proof(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, vkey, _ = run(capsys, log, "key")
+    assert code == 0
+    proof_file = tmp_path / "record2.tlog-proof"
+    code, _, _ = run(capsys, log, "prove", "2", "-o", str(proof_file))
+    assert code == 0
+    proof = parse_tlog_proof(proof_file.read_bytes())
+    assert proof.index == 2
+    assert proof.extra is not None
+    assert json.loads(proof.extra)["target"] == "write_file"
+    # a third party checks it with the verifier key only
+    code, out, _ = run(capsys, tmp_path / "nowhere", "check-proof", str(proof_file), "--vkey", vkey.strip())
+    assert code == 0
+    assert out.startswith("proof OK: record 2 is in log ")
+    key = parse_vkey(vkey)
+    from warden.audit._note import parse_note
+
+    text = parse_note(proof.checkpoint_note).text.split("\n")
+    import base64
+
+    verify_inclusion(2, int(text[1]), leaf_hash(proof.extra), proof.path, base64.b64decode(text[2]))
+    assert key.name == text[0]
+    # a record not yet covered by a checkpoint
+    code, _, err = run(capsys, log, "prove", "4")
+    assert code == 6
+    assert "not covered by the checkpoint of size 4" in err
+    tampered = proof_file.read_bytes().replace(b"index 2", b"index 1")
+    proof_file.write_bytes(tampered)
+    code, _, err = run(capsys, tmp_path / "nowhere", "check-proof", str(proof_file), "--vkey", vkey.strip())
+    assert code == 7
+    assert "does not lead to the root" in err
+
+
+def test_checkpoint_refresh_and_key(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, log, "checkpoint")
+    assert code == 0
+    assert out.split("\n")[1] == "4"
+    code, out, _ = run(capsys, log, "checkpoint", "--refresh")
+    assert code == 0
+    assert out.split("\n")[1] == "5"
+    code, out, _ = run(capsys, log, "verify", "--vkey", run(capsys, log, "key")[1].strip())
+    assert code == 0
+    assert "5 records" in out
+
+
+def test_key_creates_the_log_on_first_use(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, state_dir, "key")
+    assert code == 0
+    assert parse_vkey(out.strip()).name.startswith("warden.invalid/audit/")
+    assert (state_dir / "keys" / "audit-signing.key").stat().st_mode & 0o777 == 0o600
+
+
+def test_export_jsonl_and_tiles(log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_file = tmp_path / "export.jsonl"
+    code, _, _ = run(capsys, log, "export", "--jsonl", "-o", str(out_file))
+    assert code == 0
+    assert [r["index"] for r in lines(out_file.read_text())] == [0, 1, 2, 3, 4]
+    code, _, _ = run(capsys, log, "export", "--tiles", str(tmp_path / "tiles"))
+    assert code == 0
+    assert (tmp_path / "tiles" / "tile" / "0" / "000.p" / "4").stat().st_size == 4 * 32
+    assert (tmp_path / "tiles" / "checkpoint").read_bytes() == (log / "audit" / "checkpoint").read_bytes()
+
+
+def test_no_log_yet(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(capsys, state_dir, "verify")
+    assert code == 6
+    assert "no audit log in" in err
+
+
+def test_verify_reports_uncommitted_bytes(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with open(log / "audit" / "entries.log", "ab") as f:
+        f.write(b"\xff\x01\x00\x00")  # a batch being written right now
+    code, out, _ = run(capsys, log, "verify")
+    assert code == 0
+    assert "4 bytes past the committed end" in out
