@@ -68,7 +68,7 @@ from warden.protocol.messages import (
     encode_request,
     encode_result,
 )
-from warden.upstream.connection import Reply, Upstream
+from warden.upstream.connection import Reply, ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -222,7 +222,9 @@ def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
     if isinstance(exc, UpstreamTimeout):
         return encode_error(id_raw, REQUEST_TIMEOUT, exc.message)
     if isinstance(exc, PolicyError):
-        return encode_error(id_raw, INVALID_PARAMS, exc.message, {"hint": exc.hint} if exc.hint else None)
+        # The message says why and what approves it: hosts show the message, not always the data.
+        message = f"{exc.message}. To allow it: {exc.hint}" if exc.hint else exc.message
+        return encode_error(id_raw, INVALID_PARAMS, message, {"hint": exc.hint} if exc.hint else None)
     code = CONNECTION_CLOSED if isinstance(exc, UpstreamError) else INTERNAL_ERROR
     return encode_error(id_raw, code, exc.message, {"hint": exc.hint} if exc.hint else None)
 
@@ -239,6 +241,7 @@ class Gateway:
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
         self._tools: dict[str, dict[str, Any]] = {}
+        self._observed: ServerDescription | None = None
 
     def bind(self, upstream: Upstream) -> None:
         self._upstream = upstream
@@ -247,6 +250,15 @@ class Gateway:
     def upstream(self) -> Upstream:
         assert self._upstream is not None, "Gateway.bind() was not called"
         return self._upstream
+
+    async def _connected(self) -> ServerDescription:
+        """The live server's description; the first time warden sees a (re)connected server, its instructions are
+        checked against their pin, so a server restarted with new instructions is caught before it is used."""
+        description = await self.upstream.wait_connected()
+        if description is not self._observed:
+            await self.guard.observe_instructions(description.instructions)
+            self._observed = description
+        return description
 
     def known_tool(self, name: str) -> dict[str, Any] | None:
         """The definition of ``name`` from the last complete ``tools/list`` warden answered (for validating the
@@ -305,7 +317,7 @@ class Gateway:
             return await self._set_level(request, link, params, sink)
         if method in ("resources/subscribe", "resources/unsubscribe", "subscriptions/listen") \
                 or method.startswith("tasks/"):
-            description = await self.upstream.wait_connected()
+            description = await self._connected()
             if description.era is not ctx.era or method.startswith("tasks/"):
                 return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
         if method in MRTR_REQUESTS:
@@ -321,20 +333,20 @@ class Gateway:
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
         assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
         self.upstream.set_legacy_capabilities(routable_client_capabilities(link.legacy.capabilities))
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         result: dict[str, Any] = {
             "protocolVersion": link.legacy.version,
             "capabilities": present_capabilities(description.capabilities, upstream_era=description.era,
                                                  host_era=Era.LEGACY),
             "serverInfo": dict(description.server_info),
         }
-        instructions = await self.guard.approved_instructions(description.instructions)
+        instructions = self.guard.approved_instructions(description.instructions)
         if instructions is not None:
             result["instructions"] = instructions
         return result
 
     async def _discover(self) -> dict[str, Any]:
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         result: dict[str, Any] = {
             "resultType": "complete",
             "supportedVersions": list(MODERN_VERSIONS),
@@ -344,7 +356,7 @@ class Gateway:
             "cacheScope": "private",
             "_meta": {META_SERVER_INFO: dict(description.server_info)},
         }
-        instructions = await self.guard.approved_instructions(description.instructions)
+        instructions = self.guard.approved_instructions(description.instructions)
         if instructions is not None:
             result["instructions"] = instructions
         return result
@@ -354,7 +366,7 @@ class Gateway:
         level = params.get("level")
         if level not in LOG_LEVELS:
             return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         if description.era is Era.LEGACY:
             return await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None), params, sink)
         link.legacy.log_level = str(level)  # modern servers take the level per request (MS19)
@@ -376,7 +388,7 @@ class Gateway:
             on_progress=progress)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any], sink: Sink) -> bytes:
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         forwarded = strip_host_meta(params)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink)
         for _ in range(MAX_INPUT_ROUNDS):
@@ -472,7 +484,7 @@ class Gateway:
                          sink: Sink) -> tuple[list[Any], int, bool] | Reply:
         """Every page of an upstream list (MS14, MS15): the items, the smallest ``ttlMs`` and whether any page was
         private (PX21); or the upstream's error reply."""
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         key = LIST_METHODS[method]
         items: list[Any] = []
         ttl: int | None = None
@@ -507,7 +519,7 @@ class Gateway:
 
     async def _refresh(self, method: str) -> None:
         """Re-read an upstream list on warden's own account (a call before any list, or ``list_changed``)."""
-        description = await self.upstream.wait_connected()
+        description = await self._connected()
         ctx = Context(description.era, description.version, {}, None)
         fetched = await self._fetch_all(method, {}, ctx, _NO_SINK)
         if isinstance(fetched, Reply):

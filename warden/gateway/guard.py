@@ -35,6 +35,7 @@ from warden.errors import PolicyError
 from warden.policy import (
     Decision,
     Detection,
+    Effect,
     ElicitationFacts,
     EntryKind,
     HostCapabilities,
@@ -47,12 +48,14 @@ from warden.policy import (
     RootsRequestFacts,
     SamplingFacts,
     ServerPolicy,
+    Source,
     ToolCallFacts,
     decide,
     filter_roots,
     identity_digest,
     resolve_argument_paths,
 )
+from warden.policy.pins import digest
 
 log = logging.getLogger(__name__)
 
@@ -106,19 +109,37 @@ class Guard:
     def server_state(self) -> PinState:
         return self.store.state(self.server, "server", "", self.identity)
 
-    async def approved_instructions(self, instructions: str | None) -> str | None:
-        """The server's instructions if approved (pinned like any definition), else None: unapproved
-        instructions never reach the host or its model."""
-        state, detections = await trio.to_thread.run_sync(
+    async def observe_instructions(self, instructions: str | None) -> None:
+        """Record the server's instructions (pinned like any definition; absent instructions pin as null)."""
+        _, detections = await trio.to_thread.run_sync(
             lambda: self.store.observe_instructions(self.server, instructions, on_new=self.policy.on_new.value))
         self._report(detections)
-        if instructions is None:
-            return None
-        if state is PinState.APPROVED and self.server_state() is PinState.APPROVED:
+        self._instructions_digest = digest(instructions)
+
+    def instructions_state(self) -> PinState:
+        if self._instructions_digest is None:
+            return PinState.UNKNOWN
+        return self.store.state(self.server, "instructions", "", self._instructions_digest)
+
+    def approved_instructions(self, instructions: str | None) -> str | None:
+        """The server's instructions if approved, else None: unapproved instructions never reach the model."""
+        if instructions is not None and self.instructions_state() is PinState.APPROVED \
+                and self.server_state() is PinState.APPROVED:
             return instructions
-        log.warning("%s: instructions withheld from the host until approved (warden pins review %s)",
-                    self.server, self.server)
         return None
+
+    def quarantine(self) -> Decision | None:
+        """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the
+        server offers is shown or forwarded (a changed instruction is a rug pull of every tool at once)."""
+        state = self.instructions_state()
+        if state is PinState.APPROVED or self.server_state() is not PinState.APPROVED:
+            return None
+        what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
+            state, "are new and not approved")
+        return Decision(Effect.DENY, f"server {self.server!r}: its instructions {what}; nothing it offers is "
+                                     "usable until they are approved", Source("builtin", None, None, "pins"),
+                        hint=f"review them: warden pins diff {self.server} --kind instructions; then approve: "
+                             f"warden pins approve {self.server} --kind instructions")
 
     # -- lists --------------------------------------------------------------------------------------------------
 
@@ -141,6 +162,8 @@ class Guard:
         kind, key_field = LIST_KINDS[method]
         digests = self._digests.get(kind, {})
         server_pin = self.server_state()
+        if self.quarantine() is not None:
+            return []
         out = []
         for item in items:
             key = item.get(key_field) if isinstance(item, Mapping) else None
@@ -196,16 +219,25 @@ class Guard:
                     confirmed_digest: str | None = None) -> Decision:
         """``channel``: a human can be asked in-band on this request (the host declared form elicitation and
         warden can put a question to it)."""
+        held = self.quarantine()
+        if held is not None and not channel:
+            return held
         return decide(ToolCallFacts(
             self.policy, tool, self._pin("tool", tool), self.server_state(), arguments, consent_channel=channel,
             confirmed_arguments_digest=confirmed_digest,
             resolved_paths=resolve_argument_paths(self.policy, tool, arguments)))
 
     def decide_prompt(self, name: str, *, channel: bool) -> Decision:
+        held = self.quarantine()
+        if held is not None and not channel:
+            return held
         return decide(PromptGetFacts(self.policy, name, self._pin("prompt", name), self.server_state(), channel))
 
     def decide_read(self, uri: str, *, channel: bool) -> Decision:
         """A read is allowed through the listed resource with that URI, else the first listed template it fits."""
+        held = self.quarantine()
+        if held is not None and not channel:
+            return held
         pin = self._pin("resource", uri)
         if pin is PinState.UNKNOWN:
             for template in self._digests.get("resource_template", {}):
