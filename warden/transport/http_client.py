@@ -837,7 +837,7 @@ class HttpConnection:
             try:
                 outcome = await self._exchange(self._url, headers, body, expect=wire_id, carried_session=False)
             except UpstreamError as exc:
-                if reissued or isinstance(exc, _Unanswered):
+                if isinstance(exc, _Unanswered):
                     raise
                 outcome = _Broken(exc.message)
             if isinstance(outcome, _Broken):
