@@ -34,6 +34,7 @@ from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_ma
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.sandbox import make_launcher
 from warden.transport.channel import MessageChannel
+from warden.transport.http_client import HttpConnector, headers_from_env, http_config, http_server_name, is_http_url
 from warden.upstream.connection import Connection, Connector, StdioConnector, Upstream, UpstreamOptions
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ _RUNNERS = {"npx", "uvx", "node", "python", "python3", "bunx", "deno", "uv", "pi
 def derive_name(argv: Sequence[str]) -> str:
     """A readable server name from its command: the package or script for runners (``npx -y pkg`` -> ``pkg``),
     else the executable's name. Scoped npm names keep only the part after the slash."""
+    if len(argv) == 1 and is_http_url(argv[0]):
+        return http_server_name(argv[0])
     words = [PurePath(argv[0]).name]
     if words[0] in _RUNNERS or re.fullmatch(r"python3(\.\d+)?", words[0]):
         rest = [a for a in argv[1:] if not a.startswith("-") and a not in ("run", "exec", "tool", "dlx")]
@@ -75,6 +78,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
                         help="largest JSON-RPC message accepted from either side (default 16 MiB)")
     parser.add_argument("--quiet-server", action="store_true", help="do not copy the server's stderr to ours")
+    parser.add_argument("--header", action="append", default=[], metavar="NAME=ENVVAR",
+                        help="for an http(s):// server: send header NAME with the value of environment variable "
+                             "ENVVAR on every request to that origin (e.g. Authorization=MY_TOKEN; a bare token "
+                             "gets 'Bearer '). Repeatable.")
     http_cli.add_arguments(parser)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS: the server to run")
     parser.set_defaults(func=run_command)
@@ -104,7 +111,7 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         elif args.no_auth or args.token_file is not None or args.allow_origin or args.allow_host:
             raise ConfigError("--no-auth, --token-file, --allow-origin and --allow-host only go with --http",
                               hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
-        plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options)
+        plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options, http_headers=args.header)
         if http is not None:
             return run_trio(serve_http_hosts, plan, options, *http)
         return run_trio(_serve_stdio, plan, options)
@@ -147,8 +154,21 @@ def _launcher_for(server: ServerPolicy, spec: LaunchSpec | None, state_dir: Path
     return make_launcher(server.sandbox.value, state_dir=state_dir, host_env=env)
 
 
+def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, header_specs: Sequence[str],
+                    options: UpstreamOptions) -> tuple[Connector, dict[str, Any]]:
+    """A remote server: nothing to launch or sandbox; the org's command rules still apply to its URL. Header values
+    come from the environment; the identity manifest names the URL and the header *names* only."""
+    decision = decide(LaunchFacts(server))
+    if not decision.allowed:
+        raise LaunchError(f"connection refused: {decision.reason} [{decision.rule}]", hint=decision.hint)
+    headers = headers_from_env(header_specs, ctx.env)
+    settings = http_config(server.argv[0], headers=headers, max_message_size=options.max_message_size)
+    return HttpConnector(settings, name), {"kind": "http", "url": settings.url,
+                                           "headers": sorted(header for header, _ in headers)}
+
+
 def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
-                options: UpstreamOptions | None = None) -> ServerPlan:
+                options: UpstreamOptions | None = None, *, http_headers: Sequence[str] = ()) -> ServerPlan:
     """Load the effective policy for ``name``, decide the launch, build its sandbox and identity.
 
     Raises:
@@ -167,7 +187,14 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
     spec = LaunchSpec(argv=server.argv, env=env, cwd=os.getcwd()) if server.argv else None
     manifest: dict[str, Any] = {}
     connector: Connector
+    if http_headers and not (len(server.argv) == 1 and is_http_url(server.argv[0])):
+        raise ConfigError("--header only goes with an http(s):// server URL")
     try:
+        if len(server.argv) == 1 and is_http_url(server.argv[0]):
+            connector, manifest = _http_connector(server, name, ctx, http_headers, options or UpstreamOptions())
+            guard = Guard(policy=server, store=store, manifest=launch_manifest(
+                server.argv, server.env_names.value, manifest, server.network.value))
+            return ServerPlan(name, connector, guard)
         launcher = _launcher_for(server, spec, state_dir, ctx.env)
         assert spec is not None
         manifest = launcher.manifest(spec)
