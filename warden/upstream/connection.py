@@ -300,6 +300,10 @@ class _Respawn(Exception):
     """The process must be replaced before the handshake (it hung or died during the probe)."""
 
 
+EXIT_STATUS_GRACE = 1.0
+"""After a server's output closes, how long to wait for its exit status before ending the session anyway."""
+
+
 class _Outcome(enum.Enum):
     ENDED = "ended"
     RESPAWN = "respawn"
@@ -331,6 +335,7 @@ class _Session:
         self._server_requests: dict[Any, trio.CancelScope] = {}
         self._next_id = 0
         self.closed = trio.Event()
+        self.eof = trio.Event()
         self.close_reason = "the server exited"
 
     # -- sending ------------------------------------------------------------------------------------------------
@@ -429,7 +434,7 @@ class _Session:
                     else:
                         await self._on_invalid(message)
         finally:
-            self.mark_closed(self.close_reason)
+            self.eof.set()
 
     def _resolve(self, id_raw: bytes, reply: Reply) -> None:
         pending = self._pending.pop(id_raw, None)
@@ -673,7 +678,21 @@ class Upstream:
         return outcome
 
     async def _watch_end(self, session: _Session, connection: Connection) -> None:
-        session.mark_closed(await connection.wait_ended())
+        """End the session when the connection ends. The server's output closing usually means it is exiting:
+        wait a moment for its exit status, so the error hosts see says how it ended."""
+        async with trio.open_nursery() as nursery:
+            async def ended() -> None:
+                session.mark_closed(await connection.wait_ended())
+                nursery.cancel_scope.cancel()
+
+            async def output_closed() -> None:
+                await session.eof.wait()
+                await trio.sleep(EXIT_STATUS_GRACE)
+                session.mark_closed("the server closed its output")
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(ended)
+            nursery.start_soon(output_closed)
 
     async def _establish(self, session: _Session) -> ServerDescription:
         cached = self.era_cache.get(self.connector.config_key)
