@@ -175,6 +175,9 @@ def _compile(rules: RuleList, *, network: bool) -> bytes:
     try:
         filt = sc.SyscallFilter(sc.ALLOW)
         filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
+        # A binary tree over syscall numbers instead of a linear list: every allowed syscall (the hot path of
+        # a server) then costs a handful of BPF instructions, not one per rule.
+        filt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
         for rule in rules.applicable(network=network):
             action = sc.ERRNO(getattr(errno, rule.action))
             for name in rule.syscalls:
