@@ -281,6 +281,8 @@ def _resolve_npx(args: Sequence[str], *, cwd: str, host_env: Mapping[str, str]) 
         raise LaunchError("npx was given no package to run", hint="write the server as `npx -y PACKAGE [ARGS]`")
     command, *command_args = rest
     name, version = split_package_spec(package or command)
+    if version == "latest":
+        version = None  # a dist-tag, not a version: whatever is installed is what runs (offline)
     bin_name = split_package_spec(command)[0].rsplit("/", 1)[-1] if package else name.rsplit("/", 1)[-1]
     roots: list[Path] = [Path(cwd, *([".."] * up)).resolve() / "node_modules" for up in range(0, 32)]
     cache = host_env.get("npm_config_cache") or os.path.join(host_env.get("HOME", "/nonexistent"), ".npm")
