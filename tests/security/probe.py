@@ -353,6 +353,15 @@ def a_x32() -> dict:
     return {"ok": "x32 syscall returned"}
 
 
+def a_int80() -> dict:
+    """i386 getpid through `int 0x80` from this 64-bit process: the i386 ABI is not in the filter -> SIGSYS."""
+    code = b"\xb8\x14\x00\x00\x00\xcd\x80\xc3"  # mov eax, 20 (getpid); int 0x80; ret
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(code)
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    return {"ok": ctypes.CFUNCTYPE(ctypes.c_int)(address)()}
+
+
 def a_env() -> dict:
     return {"ok": dict(os.environ)}
 

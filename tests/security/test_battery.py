@@ -268,6 +268,13 @@ def test_B08_29_x32_syscall_kills_with_sigsys(battery: Battery) -> None:
     assert battery.results["x32"] == {"signal": signal.SIGSYS}
 
 
+def test_B08_29_i386_int80_syscall_kills_with_sigsys(battery: Battery) -> None:
+    """The host runs i386 code through int 0x80 (checked below, outside any sandbox); inside, the filter's
+    architecture check kills the process instead of letting the unfiltered i386 table through."""
+    assert _host_int80_works()
+    assert battery.results["int80"] == {"signal": signal.SIGSYS}
+
+
 def test_B08_29_personality_change_is_refused(battery: Battery) -> None:
     assert battery["personality"] == {"read_implies_exec": {"errno": "EPERM"}, "query_linux": {"ok": 0}}
 
@@ -285,6 +292,16 @@ def test_B08_31_hostname_is_private_and_clocks_cannot_be_set(battery: Battery) -
     assert uts["sethostname"] == {"errno": "EPERM"}
     assert uts["settimeofday"] == {"errno": "EPERM"}
     assert uts["clock_settime"] == {"errno": "EPERM"}
+
+
+def _host_int80_works() -> bool:
+    import ctypes
+    import mmap
+
+    page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+    page.write(b"\xb8\x14\x00\x00\x00\xcd\x80\xc3")
+    address = ctypes.addressof(ctypes.c_char.from_buffer(page))
+    return bool(ctypes.CFUNCTYPE(ctypes.c_int)(address)() == os.getpid())
 
 
 def test_errno_names_are_real() -> None:

@@ -4,7 +4,8 @@
 refuses (``LaunchError``) whatever would weaken the sandbox: binding ``/``, ``/proc`` or warden's state
 directory, a read-only path inside a writable one, a mount point that would have to be created on the host.
 :func:`bwrap_args` renders a plan as bwrap's argument list. Both are pure apart from ``stat``/``realpath`` on
-the paths the policy names, so the rules can be tested without starting anything.
+the paths the policy names (and reading warden's own Landlock shim when that layer is asked for), so the rules
+can be tested without starting anything.
 
 The rule that shapes the mount order (CVE-2026-87766 class, ``sandbox-and-audit.md`` B.2): bwrap creates mount
 points while it sets up, as root in privileged mode, and an older bwrap follows symlinks it finds on the way. A
