@@ -77,3 +77,29 @@ def test_writer_killed_mid_run_while_others_continue(state_dir: Path, tmp_path: 
     assert len(all_acks) >= 300 + 2 * 2 * 150
     records = check(state_dir, all_acks)
     assert [r["event"] for r in records].count("audit.closed") == 3  # the victim never closed
+
+
+def test_verify_while_writers_append(state_dir: Path, tmp_path: Path) -> None:
+    """Readers take no lock: verify, run again and again while two processes append and publish checkpoints
+    every few milliseconds, must always see a consistent committed prefix."""
+    writers = [start(state_dir, tmp_path / f"v{n}.out", f"v{n}", 4, 150, 0.005) for n in range(2)]
+    try:
+        deadline = time.monotonic() + 60
+        while not (state_dir / "audit" / "checkpoint").exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sizes: list[int] = []
+        while True:
+            running = any(w.poll() is None for w in writers)
+            with LogReader(state_dir) as reader:
+                result = verify_log(reader.committed, log_key=reader.local_verifier(),
+                                    checkpoints=reader.checkpoint_notes(), hashes=reader.hashes)
+            sizes.append(result.size)
+            if not running:
+                break
+        assert sizes == sorted(sizes)
+        assert sizes[-1] > sizes[0]
+        assert sizes[-1] == 2 * (4 * 150 + 2)  # and at the end, everything
+    finally:
+        for w in writers:
+            w.send_signal(signal.SIGKILL)
+            w.wait(timeout=30)

@@ -54,6 +54,12 @@ class LogReader:
         self.origin: str = doc["origin"]
         self._fds: list[int] = []
         self._maps: list[mmap.mmap] = []
+        # Order matters with live writers. A head read *before* the checkpoints says how much of checkpoints.log
+        # must be complete; a head read *after* them covers every checkpoint read (checkpoints are published only
+        # once the head covers their records), so the records mapped after it are never behind a checkpoint.
+        self._notes_head = self._read_head()
+        self._notes = self._read_optional(NOTES) or b""
+        self._latest = self._read_optional(CHECKPOINT)
         self.head: Head | None = self._read_head()
         self.entries, self.file_size = self._map(ENTRIES)
         committed = self.head.entries_end if self.head and self.head.entries_end <= self.file_size else self.file_size
@@ -111,18 +117,21 @@ class LogReader:
             raise AuditError(f"no signing key at {path} to take the verifier key from",
                              hint="pass --vkey with the log's verifier key") from None
 
+    def _read_optional(self, name: str) -> bytes | None:
+        try:
+            return (self.dir / name).read_bytes()
+        except FileNotFoundError:
+            return None
+
     def checkpoint_notes(self) -> list[CheckpointSource]:
         """Every published checkpoint: each frame of checkpoints.log, then the ``checkpoint`` file."""
         out: list[CheckpointSource] = []
-        try:
-            data = (self.dir / NOTES).read_bytes()
-        except FileNotFoundError:
-            data = b""
+        data = self._notes
         end = 0
         for n, frame in enumerate(scan_frames(data, 0, FRAME_NOTE)):
             out.append(CheckpointSource(f"{NOTES} checkpoint #{n + 1}", frame.payload))
             end = frame.end
-        if end != len(data) and (self.head is None or end < self.head.notes_end):
+        if end != len(data) and (self._notes_head is None or end < self._notes_head.notes_end):
             raise VerificationError(f"{NOTES} is damaged at byte {end}: checkpoint history was changed")
         latest = self.latest_note()
         if latest is not None:
@@ -130,10 +139,7 @@ class LogReader:
         return out
 
     def latest_note(self) -> bytes | None:
-        try:
-            return (self.dir / CHECKPOINT).read_bytes()
-        except FileNotFoundError:
-            return None
+        return self._latest
 
     # -- records ------------------------------------------------------------------------------------------------
 
