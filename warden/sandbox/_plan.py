@@ -161,6 +161,16 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
 
     read_dirs = [_canonical_dir(p, "read_dirs entry") for p in settings.read_dirs]
     write_dirs = [_canonical_dir(p, "write_dirs entry") for p in settings.write_dirs]
+    # A path the server can write is checked in both spellings: as named (a symlink in it may have been planted
+    # by an earlier run) and resolved.
+    writable = {*write_dirs, *(os.path.normpath(p) for p in settings.write_dirs)}
+
+    def in_writable(path: str) -> str | None:
+        for root in writable:
+            if _under(os.path.normpath(path), root) or _under(os.path.realpath(path), root):
+                return root
+        return None
+
     for path in (*read_dirs, *write_dirs, *(b.source for b in runtime.binds)):
         if path == "/" or any(_under(path, root) for root in _FORBIDDEN_BIND_ROOTS):
             raise LaunchError(f"{path} cannot be bound into a sandbox (it gets its own /, /proc, /dev and no /sys)",
@@ -181,13 +191,29 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
             if _under(inner, outer) or _under(outer, inner):
                 raise LaunchError(f"write_dirs {outer} and {inner} are nested",
                                   hint="grant only the outer directory")
-    for path in read_dirs:
-        for writable in write_dirs:
-            if _under(path, writable):
+    for given, path in zip(settings.read_dirs, read_dirs, strict=True):
+        holder = in_writable(given) or in_writable(path)
+        if holder is not None:
+            raise LaunchError(
+                f"read_dirs entry {given} lies inside the writable {holder}: a sandbox could swap it for a "
+                "symlink between runs, so warden does not mount read-only paths inside writable ones",
+                hint="drop it from read_dirs, or grant a narrower write directory")
+    for index, given in enumerate(settings.write_dirs):
+        others = {*write_dirs[:index], *write_dirs[index + 1:]}
+        others |= {os.path.normpath(p) for j, p in enumerate(settings.write_dirs) if j != index}
+        if any(_under(os.path.normpath(given), other) or _under(other, os.path.normpath(given)) for other in others):
+            raise LaunchError(f"write_dirs entry {given} is nested with another write dir",
+                              hint="grant only the outer directory")
+    tainted = [path for path in runtime.derived_from if in_writable(path) is not None]
+    if tainted:
+        for bind in runtime.binds:
+            if in_writable(bind.path) is None and not any(_under(bind.source, r) for r in read_dirs):
+                sources = ", ".join(sorted(tainted, key=lambda p: (not p.endswith((".cfg", ".json")), p))[:3])
                 raise LaunchError(
-                    f"read_dirs entry {path} lies inside the writable {writable}: a sandbox could swap it for a "
-                    "symlink between runs, so warden does not mount read-only paths inside writable ones",
-                    hint="drop it from read_dirs, or grant a narrower write directory")
+                    f"the runtime path {bind.path} was found through {sources}, which the server can rewrite "
+                    f"(in the writable {in_writable(tainted[0])}): a server could point its next launch at any "
+                    "host directory",
+                    hint=f"grant {bind.source} in read_dirs explicitly, or keep the runtime outside write_dirs")
 
     mounts: list[Mount] = []
     binds: list[tuple[str, str]] = []  # (dest, op) of every bind, for coverage checks
@@ -220,7 +246,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     mounts.append(Mount("tmpfs", scratch.home, perms=0o1777 if privileged else 0o700, size=tmp_bytes,
                         why=scratch.why))
     for bind in runtime.binds:
-        if any(_under(bind.path, w) for w in write_dirs):
+        if in_writable(bind.path) is not None:
             continue  # visible (and writable) through the write dir the policy granted
         add_bind("ro-bind", bind.source, bind.path, bind.why)
     for path in read_dirs:

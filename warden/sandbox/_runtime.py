@@ -56,6 +56,10 @@ class Runtime:
     binds: tuple[RuntimeBind, ...]
     path_dirs: tuple[str, ...]
     env: Mapping[str, str]
+    # Every host file whose content or link target shaped ``binds`` (symlinks followed, #! lines, pyvenv.cfg,
+    # package.json). If the server can write one of them, it could steer the next launch's binds: the planner
+    # refuses that (see _plan.make_plan).
+    derived_from: tuple[str, ...] = ()
 
 
 def parse_shebang(head: bytes) -> tuple[str, str | None] | None:
@@ -308,7 +312,10 @@ def _resolve_npx(args: Sequence[str], *, cwd: str, host_env: Mapping[str, str]) 
             bins.get(bin_name) or (next(iter(bins.values())) if len(bins) == 1 else None)
             if isinstance(bins, dict) else None)
         if isinstance(target, str):
-            script = os.path.normpath(root / name / target)
+            package_dir = os.path.normpath(root / name)
+            script = os.path.normpath(os.path.join(package_dir, target))
+            if not _under(script, package_dir):
+                continue  # a "bin" pointing out of its own package is not followed
             return [script, *command_args]
     raise LaunchError(
         f"npx package {package or command!r} is not installed (warden runs npx offline: the sandbox has no "
@@ -365,9 +372,11 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     search_path = host_env.get("PATH") or os.defpath
     args = list(argv)
     base = os.path.basename(args[0])
+    evidence: list[str] = []
     if base == "npx":
         node = resolve_command("node", search_path=search_path, cwd=cwd)
         args = [node, *_resolve_npx(args[1:], cwd=cwd, host_env=host_env)]
+        evidence.append(args[1])  # found through a package.json
     elif base == "uvx":
         args = _resolve_uvx(args[1:], host_env=host_env)
     exe = resolve_command(args[0], search_path=search_path, cwd=cwd)
@@ -379,6 +388,7 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     head = _read_small(Path(real_exe), _MAX_HEAD) or b""
     shebang = parse_shebang(head)
     if shebang is not None:
+        evidence += [exe, real_exe]
         interpreter, shebang_arg = shebang
         if os.path.basename(interpreter) == "env" and shebang_arg:
             words = [w for w in shebang_arg.split() if not w.startswith("-") and "=" not in w]
@@ -403,6 +413,7 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     binds = _Binds(profile)
     interpreter_paths = list(_hops(interpreter)) if interpreter else list(_hops(exe))
     interesting = [*_hops(exe), *(interpreter_paths if interpreter else ()), *(_hops(script) if script else ())]
+    evidence += interesting
     for item in profile.bind:
         finder = item.finds
         if finder == "node_modules":
@@ -417,7 +428,8 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
                 venv = _venv_of(path)
                 cfg = _read_small(Path(venv) / "pyvenv.cfg") if venv else None
                 home = parse_pyvenv_home(cfg.decode("utf-8", "replace")) if cfg else None
-                if home:
+                if home and venv:
+                    evidence.append(str(Path(venv) / "pyvenv.cfg"))
                     binds.add(finder, _prefix_of(os.path.join(os.path.realpath(home), "python")))
         elif finder == "package_json":
             if script and _outermost_named(script, "node_modules") is None:
@@ -447,4 +459,4 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     if script_index is not None and script is not None:
         final[script_index] = script
     return Runtime(profile=profile.name, argv=tuple(final), binds=tuple(binds.items),
-                   path_dirs=tuple(path_dirs), env=dict(profile.env))
+                   path_dirs=tuple(path_dirs), env=dict(profile.env), derived_from=tuple(dict.fromkeys(evidence)))
