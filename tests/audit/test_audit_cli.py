@@ -159,3 +159,13 @@ def test_verify_reports_uncommitted_bytes(log: Path, capsys: pytest.CaptureFixtu
     code, out, _ = run(capsys, log, "verify")
     assert code == 0
     assert "4 bytes past the committed end" in out
+
+
+def test_verify_a_log_that_never_published(state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A crash right after the first batch leaves records and no checkpoint: not tampering, but said plainly."""
+    store = Store.open(state_dir, clock=lambda: 0.0)  # at time 0 no checkpoint is ever due
+    store.commit([decision(1), decision(2)])
+    store.close()
+    code, out, _ = run(capsys, state_dir, "verify")
+    assert code == 0
+    assert "no checkpoint published yet" in out

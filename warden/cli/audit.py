@@ -190,10 +190,14 @@ def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
             sources.append(CheckpointSource(f"--checkpoint {path}", _read_file(path, "checkpoint"), external=True))
         witnesses = _witness_keys(args.witness)
         quorum = len(witnesses) if args.quorum is None else args.quorum
+        # A log whose head says nothing was ever published (a crash right after its first batch) has no
+        # checkpoint yet, legitimately; any other log without one had its checkpoints removed.
+        never_published = reader.head is not None and reader.head.notes_end == 0 and not args.checkpoint
         update, done = _progress(reader.count(), "verifying")
         try:
             result = verify_log(reader.committed, log_key=key, checkpoints=sources, hashes=reader.hashes,
-                                witnesses=witnesses, quorum=quorum, deep=args.deep, progress=update)
+                                witnesses=witnesses, quorum=quorum, deep=args.deep, progress=update,
+                                require_checkpoint=not never_published)
         except ForkEvidence as exc:
             done()
             _out(exc.evidence)
@@ -206,6 +210,12 @@ def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
              f"  origin:  {result.origin}", f"  root:    {root}"]
     if result.latest is not None:
         lines.append(f"  latest checkpoint: size {result.latest.size}")
+        if result.latest.size < result.size:
+            lines.append(f"  note:    the last {result.size - result.latest.size} records are not under a "
+                         f"checkpoint yet (`warden audit checkpoint --refresh` publishes one)")
+    elif result.size:
+        lines.append("  note:    no checkpoint published yet: the records are not bound to the key "
+                     "(`warden audit checkpoint --refresh`)")
     if result.first_time:
         lines.append(f"  records: {result.first_time} .. {result.last_time} (writer's clock, untrusted)")
     lines.append(f"  key:     {key.vkey} (from {key_source})")
