@@ -156,34 +156,33 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
             next_cp += 1
 
     check_checkpoints_at(0, EMPTY_ROOT)
+    data = b""
     while offset < total:
-        where = f"record {index} (byte {offset} of entries.log)"
         if total - offset < FRAME_OVERHEAD:
-            raise VerificationError(f"entries.log ends inside {where}: the file was truncated or torn")
+            raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
         magic, kind, length = header.unpack_from(view, offset)
         if magic != 0xFF or kind != FRAME_RECORD:
-            raise VerificationError(f"{where} does not start a record frame: bytes were inserted, removed or "
-                                    f"overwritten")
+            raise VerificationError(f"{_where(index, offset)} does not start a record frame: bytes were inserted, "
+                                    f"removed or overwritten")
         if length > MAX_FRAME_PAYLOAD:
-            raise VerificationError(f"{where} claims {length} bytes, more than a record may hold")
+            raise VerificationError(f"{_where(index, offset)} claims {length} bytes, more than a record may hold")
         end = offset + FRAME_OVERHEAD + length
         if end > total:
-            raise VerificationError(f"entries.log ends inside {where}: the file was truncated or torn")
+            raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
         payload = view[offset + 6 : end - 4]
         if _CRC.unpack_from(view, end - 4)[0] != crc32(payload, crc32(view[offset + 1 : offset + 6])):
-            raise VerificationError(f"{where} fails its CRC: its bytes were changed")
+            raise VerificationError(f"{_where(index, offset)} fails its CRC: its bytes were changed")
         data = bytes(payload)
-        _check_record(data, index, where, deep)
+        _check_record(data, index, offset, deep)
         if index == 0:
             first_time = _time_of(data)
-        added = frontier.append(sha256(b"\x00" + data).digest())
-        for h in added:
+        for h in frontier.append(sha256(b"\x00" + data).digest()):
             stored += h
         index += 1
         offset = end
         if next_cp < len(sizes) and sizes[next_cp] == index:
             check_checkpoints_at(index, frontier.root())
-        if progress is not None and index % _PROGRESS_EVERY == 0:
+        if progress is not None and not index & (_PROGRESS_EVERY - 1):
             progress(index)
     if index:
         last_time = _time_of(data)
@@ -224,19 +223,25 @@ def _time_of(data: bytes) -> str:
     return data[start + 18 : start + 45].decode("ascii", "replace") if start >= 0 else ""
 
 
-def _check_record(data: bytes, index: int, where: str, deep: bool) -> None:
+def _where(index: int, offset: int) -> str:
+    return f"record {index} (byte {offset} of entries.log)"
+
+
+def _check_record(data: bytes, index: int, offset: int, deep: bool) -> None:
     try:
         record = decode_record(data, deep=deep)
     except (msgspec.ValidationError, msgspec.DecodeError, InvalidRecord) as exc:
-        raise VerificationError(f"{where} is not a valid audit record: {exc}") from exc
+        raise VerificationError(f"{_where(index, offset)} is not a valid audit record: {exc}") from exc
     if record.v != RECORD_VERSION:
-        raise VerificationError(f"{where} has version {record.v!r}, not {RECORD_VERSION!r}")
+        raise VerificationError(f"{_where(index, offset)} has version {record.v!r}, not {RECORD_VERSION!r}")
     if record.index != index:
+        where = _where(index, offset)
         raise VerificationError(
             f"{where} says it is record {record.index}: "
             + ("records are missing before it" if record.index > index else
                "a record was inserted, duplicated or moved") + " (or two records were swapped)")
     if deep:
+        where = _where(index, offset)
         if encode_record(record) != data:
             raise VerificationError(f"{where} is not in RFC 8785 canonical form")
         args = record.arguments
