@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -26,6 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from httpclient import HttpDirectClient
 from rawclient import RawClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,10 +64,12 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def measure(argv: list[str], tool: str, args: dict[str, Any], calls: int, concurrency: int
-                  ) -> dict[str, float]:
+async def measure(argv: list[str], tool: str, args: dict[str, Any], calls: int, concurrency: int,
+                  direct_http: str | None = None) -> dict[str, float]:
+    """``argv`` over stdio; or, with ``direct_http``, that URL straight over HTTP (no process started)."""
     async with trio.open_nursery() as nursery:
-        client = await RawClient.start(nursery, argv, env=dict(os.environ))
+        client: Any = (HttpDirectClient(direct_http) if direct_http
+                       else await RawClient.start(nursery, argv, env=dict(os.environ)))
         for _ in range(min(200, calls)):
             await client.call(tool, args)
         sequential = [await client.call(tool, args) for _ in range(calls)]
@@ -128,7 +133,50 @@ async def main() -> None:
                               f"{result['seq_median'] / direct['seq_median']:.2f}",
                               f"{result['conc_rate'] / direct['conc_rate']:.2f}")
             table.add_section()
+        if not args.only or args.only in "python sdk over HTTP (upstream)":
+            await http_upstream_rows(table, console, workdir, args.calls, args.concurrency)
     console.print(table)
+
+
+async def http_upstream_rows(table: Table, console: Console, workdir: Path, calls: int, concurrency: int) -> None:
+    """HTTP upstream: the Python SDK server over Streamable HTTP, straight (a minimal 2026-07-28 client) and through
+    ``warden run -- http://...`` (a stdio host; warden speaks 2026-07-28 upstream)."""
+    name = "python sdk over HTTP (upstream)"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = await trio.lowlevel.open_process(
+        [str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_http_server.py"), str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    config = workdir / "trusting.toml"
+    config.write_text('[defaults]\non_new = "tofu"\n')
+    state = workdir / "http-upstream-state"
+    try:
+        with trio.fail_after(30):
+            while True:
+                try:
+                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.1)
+        direct: dict[str, float] | None = None
+        for label in ("direct (HTTP)", "warden (stdio -> HTTP)"):
+            console.print(f"[dim]measuring {name} / {label} …[/dim]")
+            if direct is None:
+                result = await measure([], "echo", {"text": "hi"}, calls, concurrency, direct_http=url)
+                direct = result
+            else:
+                command = [WARDEN, "--state-dir", str(state), "--config", str(config), "run", "--", url]
+                result = await measure(command, "echo", {"text": "hi"}, calls, concurrency)
+            table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
+                          f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
+                          f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+        table.add_section()
+    finally:
+        server.kill()
+        await server.wait()
 
 
 if __name__ == "__main__":
