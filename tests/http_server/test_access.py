@@ -51,7 +51,7 @@ def test_SEC01_an_ipv6_loopback_bind() -> None:
 
 
 @pytest.mark.parametrize("origin", [None, b"http://localhost:8765", b"http://127.0.0.1:8765", b"http://[::1]:8765",
-                                    b"HTTP://LOCALHOST:8765/", b"http://localhost:8765"])
+                                    b"HTTP://LOCALHOST:8765/"])
 def test_SEC02_no_origin_or_warden_own_origin_is_allowed(origin: bytes | None) -> None:
     assert POLICY.origin_allowed(origin)
 
@@ -122,7 +122,7 @@ def test_SEC03_bind_addresses_default_to_loopback(text: str, expected: tuple[str
 
 @pytest.mark.parametrize("text", ["", "host", "host:", "host:port", "1.2.3.4:70000", "::1:80", "[::1]"])
 def test_malformed_bind_addresses_are_refused(text: str) -> None:
-    with pytest.raises(ConfigError, match="HOST:PORT|out of range"):
+    with pytest.raises(ConfigError, match=r"HOST:PORT|out of range"):
         parse_bind(text)
 
 

@@ -45,7 +45,9 @@ async def test_a_lone_answer_can_go_as_json_and_a_modern_stream_has_no_ids() -> 
 async def test_a_cancelled_request_ends_its_stream_without_an_answer() -> None:
     log = EventLog("1", max_bytes=100)
     log.finish(None)
-    assert log.done and log.response is None and log.only_response() is None
+    assert log.done
+    assert log.response is None
+    assert log.only_response() is None
     await log.wait_beyond(0)  # returns at once: nothing more will come
 
 

@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also accept browser requests from ORIGIN (scheme://host[:port]); repeatable")
     group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                        help="also accept NAME in the Host header (e.g. behind a reverse proxy); repeatable")
+    group.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
+                       help="send a keep-alive comment on a quiet event stream this often (default 15)")
 
 
 def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size: int,
@@ -61,7 +63,8 @@ def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size
         token, token_file = load_or_create_token(ctx.private_state_dir(), host, port)
     options = HttpOptions(host=host, port=port, token=token, insecure_no_auth=args.no_auth,
                           allow_hosts=tuple(args.allow_host), allow_origins=tuple(args.allow_origin),
-                          max_body_size=max_body_size, question_timeout=question_timeout)
+                          max_body_size=max_body_size, question_timeout=question_timeout,
+                          keepalive_interval=args.keepalive)
     if not is_loopback(host):
         log.warning("serving HTTP on %s: reachable from other machines; every request needs the bearer token", host)
     return options, token_file

@@ -148,6 +148,9 @@ class HttpOptions:
         if self.token is not None and not valid_token(self.token):
             raise ConfigError("the bearer token is too short or holds characters a bearer token may not",
                               hint="use at least 32 characters of A-Z a-z 0-9 - . _ ~ + /")
+        if not self.keepalive_interval > 0:
+            raise ConfigError(f"keep-alive interval {self.keepalive_interval} must be positive",
+                              hint="give a number of seconds, e.g. --keepalive 15")
         if not self.path.startswith("/"):
             raise ConfigError(f"HTTP path {self.path!r} must start with /", hint="for example /mcp")
 
@@ -689,6 +692,7 @@ class HttpFace:
         params = decode_object(message.params)
         meta = params.get("_meta")
         upfront = asks or (isinstance(meta, dict) and meta.get("progressToken") is not None)
+        answer: bytes | None = None
         async with trio.open_nursery() as nursery:
             # A legacy disconnect is not a cancellation: only the writing stops; the request runs on.
             nursery.start_soon(self._cancel_on_disconnect, receive, nursery.cancel_scope)
