@@ -138,3 +138,20 @@ def test_manifest_names_what_the_server_can_see(state_dir: Path) -> None:
     assert "value-not-in-manifest" not in json.dumps(manifest)
     assert launcher.manifest(LaunchSpec(argv=spec.argv, env={"OTHER": "value-not-in-manifest"})) != manifest
     assert len(manifest["seccomp_sha256"]) == 64
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="dedicated sandbox uids exist only for a root warden")
+async def test_write_dir_no_sandbox_uid_can_write_is_refused_with_the_fix(state_dir: Path, host_dir: Path) -> None:
+    from warden.errors import LaunchError
+
+    private = host_dir / "private"
+    private.mkdir(mode=0o755)
+    private.chmod(0o755)
+    launcher = make_launcher(SandboxSettings(write_dirs=(str(private),)), state_dir=state_dir)
+    with pytest.raises(LaunchError, match=f"write dir {private} is not writable by warden's sandbox users") as info:
+        await launcher.launch(LaunchSpec(argv=("/usr/bin/true",)))
+    assert info.value.hint == f"grant the group: chgrp {SANDBOX_GID} {private} && chmod g+rwxs {private}"
+    sandbox_writable(private)
+    child = await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", f"touch {private}/ok")))
+    assert await child.wait() == 0
+    assert (private / "ok").exists()

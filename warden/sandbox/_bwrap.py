@@ -37,7 +37,7 @@ from warden.sandbox._process import PrefixedReceiveStream, SpawnedProcess, last_
 from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._runtime import detect_runtime
 from warden.sandbox._seccomp import RuleList, compile_filter, load_rules
-from warden.sandbox._uids import UidSlot
+from warden.sandbox._uids import UidSlot, check_writable_by_sandboxes
 from warden.sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -298,6 +298,8 @@ class BwrapLauncher:
         try:
             uid, gid = (slot.uid, slot.gid) if slot is not None else (os.getuid(), os.getgid())
             plan = self._plan(spec, uid=uid, gid=gid)
+            if plan.privileged:
+                check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
             seccomp_fd = _memfd("warden-seccomp", program)
             fds.append(seccomp_fd)
             data_fds: dict[str, int] = {}

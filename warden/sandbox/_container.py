@@ -43,7 +43,7 @@ from warden.sandbox._process import (
 from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._runtime import Runtime, detect_runtime
 from warden.sandbox._seccomp import load_rules
-from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot
+from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, check_writable_by_sandboxes
 from warden.sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -237,6 +237,8 @@ class ContainerLauncher:
         """
         engine = self._engine()
         plan, runtime = self._plan(spec)
+        if os.geteuid() == 0:
+            check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
         env = {name: value for name, value in plan.env}
         env_fd = os.memfd_create("warden-env", os.MFD_CLOEXEC)
         slot = UidSlot.acquire(self._state_dir) if os.geteuid() == 0 else None

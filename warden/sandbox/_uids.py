@@ -9,8 +9,11 @@ for as long as the sandbox lives; the kernel drops the lock if warden dies, so a
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
+from collections.abc import Iterable
 from pathlib import Path
 from typing import final
 
@@ -57,3 +60,33 @@ class UidSlot:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def check_writable_by_sandboxes(paths: Iterable[str]) -> None:
+    """Refuse write dirs that no sandbox uid could write: the server would only meet EACCES later.
+
+    A directory qualifies when it is group-writable for ``SANDBOX_GID``, world-writable, or carries a POSIX ACL
+    (whose entries warden does not second-guess).
+
+    Raises:
+        LaunchError: naming the directory and the command that grants the group.
+    """
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise LaunchError(f"write dir {path}: {exc.strerror}", hint="create it or fix the policy") from exc
+        if st.st_mode & stat.S_IWOTH:
+            continue
+        if st.st_gid == SANDBOX_GID and st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IXGRP:
+            continue
+        try:
+            os.getxattr(path, "system.posix_acl_access")
+            continue
+        except OSError as exc:
+            if exc.errno not in (errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise LaunchError(f"write dir {path}: {exc.strerror}", hint="check the directory") from exc
+        raise LaunchError(
+            f"write dir {path} is not writable by warden's sandbox users (warden runs as root, so servers run as "
+            f"dedicated uids in group {SANDBOX_GID})",
+            hint=f"grant the group: chgrp {SANDBOX_GID} {path} && chmod g+rwxs {path}")
