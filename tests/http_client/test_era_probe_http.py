@@ -15,8 +15,9 @@ from tests.http_client.httpserver import Exchange, HttpServer, rpc_error, rpc_re
 from tests.http_client.mocks import LegacyMock, ModernMock, Recorder, connected
 from warden.errors import IncompatibleServer
 from warden.protocol.eras import Era
+from warden.transport import http_client
 from warden.transport.http_client import HttpConnector, http_config
-from warden.upstream.connection import Upstream, UpstreamOptions
+from warden.upstream.connection import EraCache, Upstream, UpstreamOptions
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 
@@ -128,9 +129,9 @@ async def test_ER11_html_error_page_and_200_empty_object_are_legacy() -> None:
         assert (await _legacy_after(answer))[:2] == ["server/discover", "initialize"]
 
 
-async def test_ER12_SS01_SS02_SS03_initialize_refused_falls_back_to_http_sse() -> None:
-    """ER12: initialize POST answered 405 -> GET the URL, wait for `endpoint`, POST everything there (SS02), read
-    answers from the stream (SS03), answer server requests by POST to the endpoint."""
+def sse_only_server(ack: tuple[int, str]) -> Any:
+    """A 2024-11-05 HTTP+SSE server at /sse: POSTs to /sse are refused with 405; messages go to the announced
+    endpoint, which acknowledges with ``ack`` (status, content type) and answers on the stream."""
     stream_ready = trio.Event()
     outbox: trio.MemorySendChannel[dict[str, Any]]
     outbox, inbox = trio.open_memory_channel[dict[str, Any]](16)
@@ -149,7 +150,7 @@ async def test_ER12_SS01_SS02_SS03_initialize_refused_falls_back_to_http_sse() -
             return
         if request.method == "POST" and request.path == "/messages?session=abc":
             body = request.json()
-            await ex.respond(202, b"Accepted", content_type="text/plain")
+            await ex.respond(ack[0], b"Accepted", content_type=ack[1])
             if body.get("method") == "initialize":
                 await outbox.send(rpc_result(request, {"protocolVersion": "2024-11-05", "capabilities": {"tools": {}},
                                                        "serverInfo": {"name": "sse", "version": "1"}}))
@@ -161,7 +162,15 @@ async def test_ER12_SS01_SS02_SS03_initialize_refused_falls_back_to_http_sse() -
             return
         await ex.respond(404)
 
-    async with connected(handler, path="/sse") as c:
+    return handler
+
+
+@pytest.mark.parametrize("ack", [(202, "text/plain"), (200, "text/plain")])
+async def test_ER12_SS01_SS02_SS03_initialize_refused_falls_back_to_http_sse(ack: tuple[int, str]) -> None:
+    """ER12: initialize POST answered 405 -> GET the URL, wait for `endpoint`, POST everything there (SS02), read
+    answers from the stream (SS03), answer server requests by POST to the endpoint. An endpoint that acknowledges
+    with 200 and text instead of 202 is fine too: the answer is on the stream."""
+    async with connected(sse_only_server(ack), path="/sse") as c:
         assert c.upstream.description is not None
         assert c.upstream.description.era is Era.LEGACY
         assert c.upstream.description.version == "2024-11-05"
@@ -217,4 +226,26 @@ async def test_SS02_endpoint_on_another_origin_is_refused() -> None:
         with trio.fail_after(20), pytest.raises(IncompatibleServer, match="initialize failed"):
             await upstream.wait_connected()
         assert other.seen == []
+        nursery.cancel_scope.cancel()
+
+
+async def test_SS04_a_cached_http_sse_answer_that_no_longer_holds_is_dropped() -> None:
+    """The connector remembers HTTP+SSE for the URL, but the server now speaks Streamable HTTP: the GET fails and
+    warden goes back to POSTing initialize."""
+    server = HttpServer(LegacyMock())
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        connector = HttpConnector(http_config(server.url()), "t")
+        connector.legacy_transport = http_client._Transport.SSE
+        cache = EraCache()
+        cache.set(connector.config_key, Era.LEGACY)
+        upstream = Upstream(name="t", connector=connector, handler=Recorder(), options=UpstreamOptions(),
+                            era_cache=cache)
+        upstream.set_legacy_capabilities({})
+        await nursery.start(upstream.run)
+        with trio.fail_after(20):
+            description = await upstream.wait_connected()
+        assert description.era is Era.LEGACY
+        assert [s.method for s in server.seen[:2]] == ["GET", "POST"]
+        assert connector.legacy_transport is http_client._Transport.STREAMABLE
         nursery.cancel_scope.cancel()

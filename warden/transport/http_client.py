@@ -962,9 +962,15 @@ class HttpConnection:
         request = flight.request
         self._initialize_id = request.id
         if self._connector.legacy_transport is _Transport.SSE:
-            await self._start_sse_transport()
-            await self._post_to_endpoint(request)
-            return
+            try:
+                await self._start_sse_transport()
+            except (UpstreamError, ProtocolError) as exc:
+                # The URL no longer speaks HTTP+SSE (a new server build?): forget that and start from the top.
+                log.info("%s: the HTTP+SSE stream is gone (%s); trying Streamable HTTP", self._name, exc.message)
+                self._connector.legacy_transport = None
+            else:
+                await self._post_to_endpoint(request)
+                return
         try:
             outcome = await self._exchange(self._url, [], request.raw, expect=request.id, carried_session=False)
         except _Unanswered as exc:
@@ -1103,6 +1109,9 @@ class HttpConnection:
         """SS02: POST to the announced endpoint; the answer comes on the stream (a direct JSON answer counts too)."""
         assert self._endpoint is not None
         async with self._open("POST", self._endpoint, self._legacy_headers(), request.raw) as response:
+            kind = classify(response.status_code, response.headers.get("content-type"), carried_session=False)
+            if 200 <= response.status_code < 300 and kind is AnswerKind.FAILURE:
+                return  # "Accepted" as text, say: the answer comes on the stream
             outcome = await self._read_answer(response, expect=request.id, carried_session=False, deliver=True)
         if isinstance(outcome, _Final):
             await self._deliver([outcome.message])
