@@ -33,7 +33,14 @@ def make_launcher(settings: SandboxSettings, *, state_dir: Path,
     ``kind = "none"`` returns :class:`warden.launcher.UnsafeUnsandboxedLauncher`; whether that is allowed is the
     policy layer's decision, made before this call. ``host_env`` (default: warden's environment) is where
     commands, ``npx``/``uvx`` installs, bwrap and the container engine are looked up; it never reaches the
-    server, whose environment is ``LaunchSpec.env``.
+    server, whose environment is ``LaunchSpec.env`` (passed exactly, through ``--args FD``) plus the sandbox's own
+    ``PATH``, ``HOME`` and ``TMPDIR`` (which replace any the policy passes) and the profile's few variables
+    (``LANG``, ``NODE_ENV`` / ``PYTHONDONTWRITEBYTECODE``).
+
+    Call ``launch()`` from the trio thread that outlives the server: bwrap's ``--die-with-parent`` is tied to
+    the forking thread (E12). ``Launcher.launch`` raises ``SandboxUnavailable`` (a piece is missing: bwrap,
+    namespaces, seccomp, util-linux, the engine) or ``LaunchError`` (a bad command, an unsafe or broken policy
+    path); nothing weaker is ever started instead.
     """
     if settings.kind == "none":
         return UnsafeUnsandboxedLauncher()
