@@ -188,13 +188,15 @@ def test_B08_27_control_die_with_parent_really_is_per_thread() -> None:
     box: dict[str, subprocess.Popen[bytes]] = {}
 
     def start() -> None:
+        status_r, status_w = os.pipe()
         box["p"] = subprocess.Popen([bwrap, "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib64", "/lib64",
                                      "--symlink", "usr/lib", "/lib", "--die-with-parent", "--unshare-pid",
-                                     "/usr/bin/sleep", "1000"])
-        # Give bwrap time to reach prctl(PR_SET_PDEATHSIG) before this thread exits (E12's race).
-        import time
-
-        time.sleep(0.5)
+                                     "--json-status-fd", str(status_w), "/usr/bin/sleep", "1000"],
+                                    pass_fds=(status_w,))
+        os.close(status_w)
+        # bwrap reports the child pid after it armed PR_SET_PDEATHSIG (E12's race is over by then).
+        with os.fdopen(status_r, "rb") as status:
+            assert b"child-pid" in status.readline()
 
     thread = threading.Thread(target=start)
     thread.start()
