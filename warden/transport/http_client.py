@@ -135,6 +135,8 @@ MAX_LIST_PAGES: Final = 100
 INBOX_BATCHES: Final = 32
 """Batches waiting for the session; a reader that falls behind makes the HTTP readers wait (backpressure)."""
 ERROR_SNIPPET_BYTES: Final = 4096
+STOP_GRACE: Final = 5.0
+"""Seconds a stop may spend saying goodbye (DELETE) before it closes the connection regardless."""
 MAX_URL_LENGTH: Final = 8192
 
 _TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
@@ -502,6 +504,7 @@ class HttpConnection:
         self._initialize_id: bytes | None = None
         self._endpoint: str | None = None
         self._get_stream = False
+        self._session_gone = False
         # modern state: what warden knows of the server's tools, for Mcp-Param-* headers (HM06) and HM11
         self._tools: dict[str, ToolHeaders] = {}
         self._excluded: dict[str, str] = {}
@@ -542,12 +545,14 @@ class HttpConnection:
     async def stop(self, *, graceful: bool) -> None:
         """End the session politely (DELETE, HL06) when it is a legacy Streamable HTTP one, then close the client.
 
-        Runs shielded and always completes; a DELETE that fails or is refused (405) changes nothing.
+        Runs shielded and always completes, within a few seconds: a DELETE that fails, hangs or is refused (405)
+        changes nothing. A session the server already forgot (HL05) is not deleted.
         """
         self._end("warden closed the connection")
         with trio.CancelScope(shield=True):
-            if graceful and self._transport is _Transport.STREAMABLE and self._session_id is not None:
-                with trio.move_on_after(self._settings.ack_timeout):
+            if graceful and self._transport is _Transport.STREAMABLE and self._session_id is not None \
+                    and not self._session_gone:
+                with trio.move_on_after(min(self._settings.ack_timeout, STOP_GRACE)):
                     try:
                         response = await self._client.delete(self._url, headers=self._legacy_headers(),
                                                               timeout=self._ack_timeout)
@@ -1034,6 +1039,7 @@ class HttpConnection:
             await self._resume(flight, outcome)
 
     def _session_lost(self, what: str) -> None:
+        self._session_gone = True
         log.warning("%s: the server answered 404 to %s: it no longer knows session %s; starting a new one (HL05)",
                     self._name, what, self._session_id)
         self._end("the server ended the session (HTTP 404); warden starts a new one")
