@@ -369,7 +369,8 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
         elif mount.op == "symlink":
             args += ["--symlink", mount.src, mount.dest]
         elif mount.op == "data":
-            args += ["--ro-bind-data", str(data_fds[mount.src]), mount.dest]
+            # Copied into the root tmpfs, which is remounted read-only at the end: no bind mount needed.
+            args += ["--file", str(data_fds[mount.src]), mount.dest]
         elif mount.op == "proc":
             args += ["--proc", mount.dest]
         elif mount.op == "dev":
