@@ -135,6 +135,8 @@ async def main() -> None:
             table.add_section()
         if not args.only or args.only in "python sdk over HTTP (upstream)":
             await http_upstream_rows(table, console, workdir, args.calls, args.concurrency)
+        if not args.only or args.only in "python sdk, host over HTTP (downstream)":
+            await http_downstream_rows(table, console, workdir, args.calls, args.concurrency)
     console.print(table)
 
 
@@ -177,6 +179,73 @@ async def http_upstream_rows(table: Table, console: Console, workdir: Path, call
     finally:
         server.kill()
         await server.wait()
+
+
+async def http_downstream_rows(table: Table, console: Console, workdir: Path, calls: int, concurrency: int) -> None:
+    """HTTP downstream: a 2026-07-28 host (the same minimal client) over HTTP to ``warden run --http`` in front of the
+    Python SDK server over stdio, against that server's own Streamable HTTP."""
+    name = "python sdk, host over HTTP (downstream)"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    direct_url = f"http://127.0.0.1:{port}/mcp"
+    config = workdir / "trusting-downstream.toml"
+    config.write_text('[defaults]\non_new = "tofu"\n')
+    state = workdir / "http-downstream-state"
+    processes: list[trio.Process] = []
+    try:
+        processes.append(await trio.lowlevel.open_process(
+            [str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_http_server.py"), str(port)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        with trio.fail_after(30):
+            while True:
+                try:
+                    await (await trio.open_tcp_stream("127.0.0.1", port)).aclose()
+                    break
+                except OSError:
+                    await trio.sleep(0.1)
+        warden = await trio.lowlevel.open_process(
+            [WARDEN, "--state-dir", str(state), "--config", str(config), "run", "--quiet-server",
+             "--http", "127.0.0.1:0", "--no-auth", "--",
+             str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_server.py")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        processes.append(warden)
+        warden_url = await _serving_url(warden)
+        direct: dict[str, float] | None = None
+        for label, url in (("direct (server's own HTTP)", direct_url), ("warden --http (HTTP -> stdio)", warden_url)):
+            console.print(f"[dim]measuring {name} / {label} …[/dim]")
+            result = await measure([], "echo", {"text": "hi"}, calls, concurrency, direct_http=url)
+            direct = direct or result
+            table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
+                          f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
+                          f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+        table.add_section()
+    finally:
+        for process in processes:
+            process.kill()
+            await process.wait()
+
+
+async def _serving_url(process: trio.Process) -> str:
+    """The URL ``warden run --http`` prints on stderr once it listens; stderr keeps being drained after."""
+    assert process.stderr is not None
+    stderr = process.stderr
+    prefix = b"warden: serving MCP over HTTP at "
+    buffer = b""
+    with trio.fail_after(60):
+        while prefix not in buffer or not buffer.split(prefix, 1)[1].count(b"\n"):
+            chunk = await stderr.receive_some(65536)
+            if not chunk:
+                raise RuntimeError("warden --http exited: " + buffer.decode("utf-8", "replace")[-2000:])
+            buffer += chunk
+
+    async def drain() -> None:
+        while await stderr.receive_some(65536):
+            pass
+
+    trio.lowlevel.spawn_system_task(drain)
+    return buffer.split(prefix, 1)[1].split(b"\n", 1)[0].decode()
 
 
 if __name__ == "__main__":
