@@ -34,6 +34,12 @@ MODERN_TOOLS: list[dict[str, Any]] = [
         "n": {"type": "number", "x-mcp-header": "N"}}}},
     {"name": "bad_duplicate", "inputSchema": {"type": "object", "properties": {
         "a": {"type": "string", "x-mcp-header": "Field"}, "b": {"type": "string", "x-mcp-header": "field"}}}},
+    {"name": "bad_token", "inputSchema": {"type": "object", "properties": {
+        "r": {"type": "string", "x-mcp-header": "My Region"}}}},
+    {"name": "bad_in_items", "inputSchema": {"type": "object", "properties": {
+        "list": {"type": "array", "items": {"type": "string", "x-mcp-header": "Item"}}}}},
+    {"name": "bad_in_one_of", "inputSchema": {"type": "object", "properties": {
+        "v": {"oneOf": [{"type": "string", "x-mcp-header": "V"}]}}}},
 ]
 
 CallHook = Callable[[Exchange, dict[str, Any]], Awaitable[bool]]

@@ -63,18 +63,18 @@ async def test_HM02_both_answer_kinds_and_request_scoped_notifications() -> None
         assert seen_progress[0]["progress"] == 5
 
 
-async def test_HM06_HM07_HM08_HM09_param_headers_from_annotated_arguments() -> None:
+async def test_HM06_HM07_HM08_HM09_HM10_param_headers_from_annotated_arguments() -> None:
     async with connected(ModernMock()) as c:
         await c.list_tools(capabilities={})
         arguments = {"region": "Hello, 世界", "count": 42, "dry": False, "opts": {"zone": " padded "},
-                     "method": "GET", "note": "not annotated"}
+                     "method": "\tindented", "note": "not annotated"}
         assert (await c.call("route", arguments, capabilities={})).ok
         call = c.posts_of("tools/call")[0]
         assert call.header("mcp-param-region") == "=?base64?SGVsbG8sIOS4lueVjA==?="
         assert call.header("mcp-param-count") == "42"
         assert call.header("mcp-param-dry") == "false"
         assert call.header("mcp-param-zone") == "=?base64?" + base64.b64encode(b" padded ").decode() + "?="
-        assert call.header("mcp-param-method") == "GET"
+        assert call.header("mcp-param-method") == "=?base64?CWluZGVudGVk?="  # HM10: a tab is Base64-encoded
         assert call.header("mcp-method") == "tools/call"  # Mcp-Param-Method never replaces Mcp-Method (HM07)
         assert call.header("mcp-param-note") is None
 
@@ -99,13 +99,20 @@ async def test_HM06_a_tool_never_listed_is_listed_first_to_learn_its_headers() -
         assert isinstance(internal["id"], str)  # warden's own id space, never the session's
 
 
-async def test_HM11_HM13_HM14_invalid_tools_are_excluded_and_never_called(caplog: Any) -> None:
+INVALID = ("bad_number", "bad_duplicate", "bad_token", "bad_in_items", "bad_in_one_of")
+
+
+async def test_HM11_HM12_HM13_HM14_HM15_invalid_tools_are_excluded_and_never_called(caplog: Any) -> None:
     async with connected(ModernMock()) as c:
         names = [t["name"] for t in await c.list_tools(capabilities={})]
         assert names == ["echo", "route"]
-        assert "tool 'bad_number' excluded" in caplog.text
-        assert "tool 'bad_duplicate' excluded" in caplog.text
-        for name in ("bad_number", "bad_duplicate"):
+        for name in INVALID:
+            assert f"tool {name!r} excluded" in caplog.text
+        assert "is not an HTTP token" in caplog.text  # HM12
+        assert "repeats 'Field'" in caplog.text  # HM13
+        assert "of type 'number'" in caplog.text  # HM14
+        assert "not on a property reached through `properties` keys alone" in caplog.text  # HM15
+        for name in INVALID:
             refused = await c.call(name, {"n": 1}, capabilities={})
             assert refused.code == INVALID_PARAMS
             assert "x-mcp-header annotations are invalid" in refused.message
@@ -113,7 +120,7 @@ async def test_HM11_HM13_HM14_invalid_tools_are_excluded_and_never_called(caplog
 
 
 async def test_HM11_a_valid_list_passes_byte_for_byte() -> None:
-    tools = [MODERN_TOOLS[0], MODERN_TOOLS[1]]
+    tools = MODERN_TOOLS[:2]
     async with connected(ModernMock(tools=tools)) as c:
         reply = await c.upstream.request("tools/list", {}, capabilities={})
         assert reply.result is not None
