@@ -140,3 +140,21 @@ async def test_PX19_host_cancellation_reaches_the_server(tmp_path: Path) -> None
     await host.close()
     assert not any(m.get("id") == 1 for m in host.seen)  # a cancelled request gets no response
     assert any(m.get("method") == "notifications/cancelled" for m in received(log))
+
+
+def test_server_names_are_derived_from_the_command() -> None:
+    from warden.cli.run import derive_name
+
+    cases = {
+        ("node", "/x/node_modules/@modelcontextprotocol/server-everything/dist/index.js", "stdio"):
+            "server-everything",
+        ("npx", "-y", "@modelcontextprotocol/server-filesystem", "/data"): "server-filesystem",
+        ("npx", "-y", "@scope/pkg@1.2.3"): "pkg",
+        ("/venv/bin/mcp-server-time",): "mcp-server-time",
+        ("uvx", "mcp-server-git", "--repository", "."): "mcp-server-git",
+        ("python3", "server.py"): "server",
+        ("/usr/bin/python3.11", "/srv/tools/main.py"): "tools",
+        ("./weird name!",): "weird-name",
+    }
+    for argv, name in cases.items():
+        assert derive_name(argv) == name, argv

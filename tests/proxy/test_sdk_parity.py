@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.support import NODE, PEERS, VENV_BIN, everything_server, filesystem_server, through_warden
+from tests.support import NODE, PEERS, VENV_BIN, WARDEN, everything_server, filesystem_server, through_warden
+from warden.cli.run import derive_name
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "WARDEN_ORG_POLICY", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
 # The sandboxed git server runs as another uid than the repo's owner; git refuses such repos unless told.
@@ -60,11 +61,22 @@ def servers(git_repo: Path, fs_root: Path) -> dict[str, tuple[list[str], list[tu
     }
 
 
+async def approve_all(argv: list[str]) -> None:
+    """Meet the server once through warden, then approve everything it showed, findings included (some real
+    servers' instructions trip the scanner's heuristics, and findings are never trusted on first use)."""
+    async with Client(params(through_warden(argv)), mode="legacy") as client:
+        await client.list_tools()
+    approved = subprocess.run([WARDEN, "pins", "approve", derive_name(argv), "--yes", "--accept-findings"],
+                              capture_output=True, text=True, timeout=60)
+    assert approved.returncode == 0, approved.stderr
+
+
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
 @pytest.mark.parametrize("server", ["time", "git", "everything", "filesystem"])
 async def test_python_sdk_gets_the_same_answers_through_warden(server: str, mode: str, git_repo: Path,
                                                                fs_root: Path) -> None:
     argv, calls = servers(git_repo, fs_root)[server]
+    await approve_all(argv)
     direct = await session_view(argv, mode, calls)
     proxied = await session_view(through_warden(argv), mode, calls)
     assert proxied["tools"] == direct["tools"]
@@ -79,9 +91,11 @@ async def test_python_sdk_gets_the_same_answers_through_warden(server: str, mode
 
 
 @pytest.mark.parametrize("server", ["time", "git", "everything", "filesystem"])
-def test_typescript_sdk_legacy_gets_the_same_answers_through_warden(server: str, git_repo: Path, fs_root: Path) -> None:
+async def test_typescript_sdk_legacy_gets_the_same_answers_through_warden(server: str, git_repo: Path,
+                                                                          fs_root: Path) -> None:
     script = PEERS.parent / "ts_parity_client.mjs"
     argv, calls = servers(git_repo, fs_root)[server]
+    await approve_all(argv)
 
     def run(cmd: list[str]) -> dict[str, Any]:
         out = subprocess.run([NODE, str(script), json.dumps(calls), *cmd], capture_output=True, text=True,

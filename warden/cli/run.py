@@ -42,19 +42,26 @@ log = logging.getLogger(__name__)
 _RUNNERS = {"npx", "uvx", "node", "python", "python3", "bunx", "deno", "uv", "pipx", "npm", "pnpm", "yarn"}
 
 
+_GENERIC = {"index", "main", "server", "cli", "app", "run", "start", "__main__", "dist", "build", "lib", "bin",
+            "src", "out", "node_modules"}
+
+
 def derive_name(argv: Sequence[str]) -> str:
     """A readable server name from its command: the package or script for runners (``npx -y pkg`` -> ``pkg``),
-    else the executable's name. Scoped npm names keep only the part after the slash."""
+    else the executable's name. Scoped npm names keep the part after the slash; a generic script name
+    (``dist/index.js``) gives way to the package directory it lives in (``server-everything``)."""
     if len(argv) == 1 and is_http_url(argv[0]):
         return http_server_name(argv[0])
-    words = [PurePath(argv[0]).name]
-    if words[0] in _RUNNERS or re.fullmatch(r"python3(\.\d+)?", words[0]):
+    word = PurePath(argv[0]).name
+    if word in _RUNNERS or re.fullmatch(r"python3(\.\d+)?", word):
         rest = [a for a in argv[1:] if not a.startswith("-") and a not in ("run", "exec", "tool", "dlx")]
         if rest:
-            words = [rest[0]]
-    name = words[0].split("/")[-1].split("@")[0] or words[0]
-    name = re.sub(r"\.(py|js|mjs|cjs|ts)$", "", name)
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-.")
+            word = rest[0]
+    parts = [re.sub(r"\.(py|js|mjs|cjs|ts)$", "", p) for p in PurePath(word).parts if p != "/"]
+    while len(parts) > 1 and parts[-1] in _GENERIC:
+        parts.pop()
+    last = parts[-1].lstrip("@") if parts else ""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", last.split("@")[0]).strip("-.")  # "pkg@1.2" -> "pkg"
     return name or "server"
 
 
