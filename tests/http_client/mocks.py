@@ -52,7 +52,11 @@ class Recorder:
 
     notifications: list[tuple[str, Any]] = field(default_factory=list)
     questions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    lifecycle: list[tuple[str, str]] = field(default_factory=list)
     answer: bytes = b'{"action":"accept","content":{"ok":true}}'
+
+    async def on_lifecycle(self, event: str, detail: str) -> None:
+        self.lifecycle.append((event, detail))
 
     async def on_server_request(self, method: str, params: dict[str, Any]) -> Reply:
         self.questions.append((method, params))

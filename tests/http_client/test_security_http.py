@@ -59,11 +59,6 @@ async def test_AU03_the_token_goes_on_every_modern_request() -> None:
         assert all(s.all("authorization") == [TOKEN] for s in c.server.seen)
 
 
-async def _two_servers(first_handler: Any, *, path: str = "/mcp") -> tuple[HttpServer, HttpServer]:
-    other = HttpServer(ModernMock())
-    return HttpServer(first_handler), other
-
-
 async def test_AU06_a_redirect_to_another_origin_is_not_followed_and_the_token_never_leaves() -> None:
     other = HttpServer(ModernMock())
 
