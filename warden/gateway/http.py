@@ -96,6 +96,8 @@ _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control
 _SESSION_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 _LAST_EVENT_ID: Final = re.compile(r"([0-9]{1,12})-([0-9]{1,12})")
 _QUESTION_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
+_MAX_DONE_STREAMS: Final = 64
+"""Finished response streams a session keeps for resumption beyond which the oldest are forgotten early."""
 _PRIMING_FROM: Final = "2025-11-25"
 """Legacy versions from which a client understands priming events (an event with an id and empty data)."""
 
@@ -256,9 +258,12 @@ class _Session:
         return stream
 
     def prune(self, now: float, grace: float) -> None:
-        """Forget finished streams nobody is reading once their resume grace is over."""
-        for key, stream in list(self.logs.items()):
-            if stream.done and not stream.attached and stream.done_at is not None and now - stream.done_at > grace:
+        """Forget finished streams nobody is reading once their resume grace is over, and the oldest finished
+        ones beyond :data:`_MAX_DONE_STREAMS`, so a busy session's memory stays bounded."""
+        finished = [key for key, stream in self.logs.items() if stream.done and not stream.attached]
+        for n, key in enumerate(finished):
+            done_at = self.logs[key].done_at
+            if n < len(finished) - _MAX_DONE_STREAMS or (done_at is not None and now - done_at > grace):
                 del self.logs[key]
 
     def idle(self, now: float, timeout: float) -> bool:
@@ -699,6 +704,8 @@ class HttpFace:
             answer = await self._write(send, stream, sse=upfront, modern=False, position=0,
                                        priming=session.priming, headers=headers, unless_error=unless_error)
             nursery.cancel_scope.cancel()
+        if answer is not None and stream.stream_id is not None:
+            session.logs.pop(stream.stream_id, None)  # it went out as JSON, without event ids: nothing to resume
         return answer
 
     async def _run_in_session(self, session: _Session, message: Request, key: tuple[str, object],
