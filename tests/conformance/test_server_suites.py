@@ -62,6 +62,7 @@ async def test_conformance_server_suites_through_warden_http(tmp_path: Path, cap
             with capsys.disabled():
                 print(f"\n[conformance {label}] {' | '.join(totals) or 'no Total line'} (exit {done.returncode})")
             outcomes.append((label, done.returncode, totals, output))
+        assert not any("WITHOUT a sandbox" in line for line in w.stderr)  # the fixture ran sandboxed
     failed = [(label, output) for label, code, _, output in outcomes if code != 0]
     assert not failed, "\n\n".join(f"=== {label} ===\n{_summary(output)}" for label, output in failed)
     assert all(totals for _, _, totals, _ in outcomes)

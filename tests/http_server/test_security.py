@@ -175,6 +175,11 @@ async def test_oversized_bodies_are_refused_with_413(tmp_path: Path) -> None:
 
 
 async def test_session_ids_cannot_be_guessed(tmp_path: Path) -> None:
+    """Unknown, altered or ended session ids get 404 and reach nothing; a real session id is no credential
+    either: without the bearer token its requests are refused too.
+
+    covers: SEC09
+    """
     log = tmp_path / "upstream.log"
     async with warden_http(recording(log, "legacy"), cwd=tmp_path) as w:
         session = await w.initialize()
@@ -193,6 +198,9 @@ async def test_session_ids_cannot_be_guessed(tmp_path: Path) -> None:
         for method in ("GET", "DELETE"):
             response = await w.client.request(method, w.url, headers=w.headers(mcp_session_id=session[:-1]))
             assert response.status_code == 404
+        tokenless = {k: v for k, v in w.headers(mcp_session_id=session).items() if k != "authorization"}
+        response = await w.post(legacy_call, tokenless)
+        assert response.status_code == 401  # SEC09: holding a session is not authentication
         legacy_call["params"]["arguments"] = {"text": "ACCEPTED-session"}  # type: ignore[index]
         response = await w.post(legacy_call, w.headers(mcp_session_id=session))
         assert response.status_code == 200
