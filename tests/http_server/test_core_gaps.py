@@ -1,0 +1,89 @@
+"""What hosts of the HTTP face should get but cannot yet, because the gateway core (warden/gateway/core.py) lacks
+it. Each test is a strict expected failure naming the gap: when the core is fixed it starts passing, pytest
+reports it, and the marker (and the matching entry in tests/conformance/expected-failures-*.yml) comes off.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.http_server.warden_http import MODERN, sse_messages, warden_http
+from tests.support import FIXTURES, PYTHON
+
+FIXTURE = [PYTHON, str(FIXTURES / "conformance_server.py")]
+RECORDING = str(FIXTURES / "recording_server.py")
+
+
+def legacy_call(id_: object, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+@pytest.mark.xfail(strict=True, reason="core: a dual-era upstream is probed modern, so a legacy host's tool that "
+                                       "asks on the wire (sampling/createMessage) has no back-channel "
+                                       "(conformance: tools-call-sampling, tools-call-elicitation, "
+                                       "elicitation-sep1034-defaults, elicitation-sep1330-enums)")
+async def test_legacy_host_gets_the_wire_question_of_a_dual_era_server(tmp_path: Path) -> None:
+    async with warden_http(FIXTURE, cwd=tmp_path) as w:
+        session = await w.initialize({"sampling": {}})
+        headers = w.headers(mcp_session_id=session)
+        async with w.client.stream("POST", w.url, headers=headers,
+                                   content=json.dumps(legacy_call(1, "test_sampling", {"prompt": "capital?"}))) as r:
+            body = b""
+            async for chunk in r.aiter_bytes():
+                body += chunk
+                asked = [m for m in sse_messages(body.decode()) if m.get("method") == "sampling/createMessage"]
+                if asked:
+                    answer = {"role": "assistant", "content": {"type": "text", "text": "Paris"}, "model": "m",
+                              "stopReason": "endTurn"}
+                    await w.post({"jsonrpc": "2.0", "id": asked[0]["id"], "result": answer}, headers)
+                    break
+        assert asked, body.decode()
+
+
+@pytest.mark.xfail(strict=True, reason="core: resources/subscribe from a legacy host to a modern upstream needs the "
+                                       "subscriptions/listen mapping (conformance: resources-subscribe, "
+                                       "resources-unsubscribe)")
+async def test_legacy_host_subscribes_to_a_resource_of_a_modern_server(tmp_path: Path) -> None:
+    async with warden_http(FIXTURE, cwd=tmp_path) as w:
+        session = await w.initialize()
+        response = await w.post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+                                 "params": {"uri": "test://watched-resource"}}, w.headers(mcp_session_id=session))
+        assert response.json().get("result") == {}, response.text
+
+
+@pytest.mark.xfail(strict=True, reason="core: upstream notifications of a subscriptions/listen stream are not routed "
+                                       "back to the listening request by subscriptionId (conformance: "
+                                       "server-stateless)")
+async def test_modern_listen_stream_starts_with_the_acknowledgement(tmp_path: Path) -> None:
+    async with warden_http(FIXTURE, "--keepalive", "0.2", cwd=tmp_path) as w:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+                "params": {"_meta": meta, "notifications": {"toolsListChanged": True}}}
+        headers = w.headers(mcp_protocol_version=MODERN, mcp_method="subscriptions/listen")
+        async with w.client.stream("POST", w.url, headers=headers, content=json.dumps(body)) as response:
+            text = ""
+            async for chunk in response.aiter_text():
+                text += chunk
+                if "data:" in text or text.count(":\n") >= 5:
+                    break
+        first = sse_messages(text)
+        assert first, text
+        assert first[0]["method"] == "notifications/subscriptions/acknowledged"
+
+
+@pytest.mark.xfail(strict=True, reason="core: a legacy upstream's mid-call question cannot reach a 2026 host: no "
+                                       "input_required with a warden-minted, HMAC-protected requestState yet "
+                                       "(MRTR era translation; SEC07, SEC08)")
+async def test_modern_host_gets_input_required_for_a_legacy_server_question(tmp_path: Path) -> None:
+    log = tmp_path / "upstream.log"
+    async with warden_http([PYTHON, RECORDING, "--log", str(log), "--era", "legacy"], cwd=tmp_path) as w:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+        response = await w.modern(1, "tools/call", {"_meta": meta, "name": "ask", "arguments": {"message": "hi?"}})
+        result = response.json().get("result") or {}
+        assert result.get("resultType") == "input_required", response.text
+        assert isinstance(result.get("requestState"), str)
