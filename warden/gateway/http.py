@@ -226,13 +226,6 @@ def _modern_status(response: bytes) -> int:
     return 200
 
 
-class _NoSink:
-    """Where messages of a request that cannot carry any go (never used by a well-behaved gateway)."""
-
-    async def send(self, message: bytes) -> None:
-        raise trio.ClosedResourceError("this request has no stream for messages")
-
-
 @final
 class _Session:
     """One legacy host session: its link to the gateway, its requests in flight and its response streams."""
@@ -293,10 +286,6 @@ class HttpFace:
         self._modern = HostLink("http host (2026)", question_timeout=options.question_timeout)
         self._stream_bytes = 2 * options.max_body_size + (1 << 20)
         gateway.attach(self._modern)
-
-    @property
-    def session_count(self) -> int:
-        return len(self._sessions)
 
     # -- ASGI entry ---------------------------------------------------------------------------------------------
 
@@ -752,10 +741,15 @@ class HttpFace:
                                    "cannot resume: the Last-Event-ID names no stream of this session warden holds")
                 return
         else:
-            stream, position = session.get_log, 0
-            if stream is None or stream.closed:
-                stream = session.new_log(self._stream_bytes)
-                session.get_log = stream
+            previous = session.get_log
+            if previous is not None and previous.attached:
+                await self._refuse(send, 409, INVALID_REQUEST, "Conflict: the session's GET stream is already open")
+                return
+            if previous is not None and previous.stream_id is not None:
+                session.logs.pop(previous.stream_id, None)  # a new stream, not a resumption: start afresh
+                previous.close()
+            stream, position = session.new_log(self._stream_bytes), 0
+            session.get_log = stream
         if stream.attached:
             await self._refuse(send, 409, INVALID_REQUEST, "Conflict: this stream is already being read")
             return
