@@ -172,11 +172,11 @@ class AuditLog:
     async def _run_committer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()
         while True:
-            await self._work.wait()
-            self._work = trio.Event()
-            batch, self._open = self._open, _Batch()
-            if not batch.items:
+            if not self._open.items:
+                await self._work.wait()
+                self._work = trio.Event()
                 continue
+            batch, self._open = self._open, _Batch()
             await self._commit(batch)
 
     async def _commit(self, batch: _Batch) -> None:
