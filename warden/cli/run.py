@@ -8,29 +8,33 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import fcntl
 import logging
 import os
 import re
 import signal
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
 from typing import Any, final
 
 import trio
 
-from warden import __version__, logs
+from warden import __version__, audit, logs
 from warden.cli import _http as http_cli
 from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError, LaunchError, SandboxUnavailable, WardenError
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
 from warden.gateway.http import HttpOptions, serve_http
+from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec
 from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_manifest, load_effective_policy
+from warden.policy.pins import digest as canonical_digest
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.sandbox import make_launcher
 from warden.transport.channel import MessageChannel
@@ -85,6 +89,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--max-message-size", type=int, default=DEFAULT_MAX_MESSAGE_SIZE, metavar="BYTES",
                         help="largest JSON-RPC message accepted from either side (default 16 MiB)")
     parser.add_argument("--quiet-server", action="store_true", help="do not copy the server's stderr to ours")
+    parser.add_argument("--unsafe-no-audit", action="store_true",
+                        help="do not write the audit log (for measurements only: nothing is recorded)")
     parser.add_argument("--header", action="append", default=[], metavar="NAME=ENVVAR",
                         help="for an http(s):// server: send header NAME with the value of environment variable "
                              "ENVVAR on every request to that origin (e.g. Authorization=MY_TOKEN; a bare token "
@@ -119,6 +125,7 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
             raise ConfigError("--no-auth, --token-file, --allow-origin and --allow-host only go with --http",
                               hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
         plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options, http_headers=args.header)
+        plan = dataclasses.replace(plan, audit=not args.unsafe_no_audit)
         if http is not None:
             return run_trio(serve_http_hosts, plan, options, *http)
         return run_trio(_serve_stdio, plan, options)
@@ -135,6 +142,9 @@ class ServerPlan:
     name: str
     connector: Connector
     guard: Guard
+    state_dir: Path
+    secrets: tuple[str, ...]
+    audit: bool = True
 
 
 @final
@@ -174,6 +184,13 @@ def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, header
                                            "headers": sorted(header for header, _ in headers)}
 
 
+def _secrets(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The env values handed to a server are redacted from every audit record (invariant 10). Values shorter
+    than 8 characters (``1``, ``true``, ``*``) are switches, not secrets: redacting them would blank out
+    unrelated text everywhere."""
+    return tuple(value for value in env.values() if len(value) >= 8)
+
+
 def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
                 options: UpstreamOptions | None = None, *, http_headers: Sequence[str] = ()) -> ServerPlan:
     """Load the effective policy for ``name``, decide the launch, build its sandbox and identity.
@@ -201,7 +218,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
             connector, manifest = _http_connector(server, name, ctx, http_headers, options or UpstreamOptions())
             guard = Guard(policy=server, store=store, manifest=launch_manifest(
                 server.argv, server.env_names.value, manifest, server.network.value))
-            return ServerPlan(name, connector, guard)
+            return ServerPlan(name, connector, guard, state_dir, _secrets(env))
         launcher = _launcher_for(server, spec, state_dir, ctx.env)
         assert spec is not None
         manifest = launcher.manifest(spec)
@@ -213,7 +230,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         connector = _Refused(exc)
     guard = Guard(policy=server, store=store,
                   manifest=launch_manifest(server.argv, server.env_names.value, manifest, server.network.value))
-    return ServerPlan(name, connector, guard)
+    return ServerPlan(name, connector, guard, state_dir, _secrets(env))
 
 
 async def _serve_stdio(plan: ServerPlan, options: UpstreamOptions) -> int:
@@ -232,16 +249,37 @@ async def _serve_stdio(plan: ServerPlan, options: UpstreamOptions) -> int:
                 fcntl.fcntl(fd, fcntl.F_SETFL, flag)
 
 
+@asynccontextmanager
+async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncIterator[tuple[Gateway, Upstream]]:
+    """The audit log, the gateway and its (not yet started) upstream, for the lifetime of the block.
+
+    The log is opened first: warden records that the policy was loaded and who the server is before anything
+    else happens, and refuses every action it could not record (write-ahead; see :mod:`warden.gateway.recorder`).
+    """
+    async with AsyncExitStack() as stack:
+        log_ = None
+        if plan.audit:
+            log_ = await stack.enter_async_context(audit.open_audit_log(plan.state_dir, secrets=plan.secrets))
+        else:
+            log.warning("%s: AUDIT IS OFF (--unsafe-no-audit): nothing this server does is recorded", plan.name)
+        guard = plan.guard
+        recorder = Recorder(log_, server=plan.name, server_id=guard.identity, policy_digest=guard.policy.digest,
+                            sandbox_digest=canonical_digest(guard.manifest.get("sandbox") or {}),
+                            detail=guard.policy.audit_arguments.value)
+        await recorder.policy_loaded()
+        await recorder.pins(await guard.observe_identity())
+        gateway = Gateway(name=plan.name, guard=guard, recorder=recorder)
+        upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
+        gateway.bind(upstream)
+        yield gateway, upstream
+
+
 async def serve(plan: ServerPlan, options: UpstreamOptions,
                 host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
     """Serve one host on the given streams until it leaves or warden is told to stop."""
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size)
-    gateway = Gateway(name=plan.name, guard=plan.guard)
-    upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
-    gateway.bind(upstream)
-    host = StdioHost(channel, gateway, question_timeout=options.max_request_time)
-    await plan.guard.observe_identity()
-    async with trio.open_nursery() as nursery:
+    async with open_gateway(plan, options) as (gateway, upstream), trio.open_nursery() as nursery:
+        host = StdioHost(channel, gateway, question_timeout=options.max_request_time)
         nursery.start_soon(channel.serve_writer)
         await nursery.start(upstream.run)
         nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
@@ -255,11 +293,7 @@ async def serve_http_hosts(plan: ServerPlan, options: UpstreamOptions, http: Htt
                            token_file: Path | None) -> int:
     """Serve hosts over Streamable HTTP (both eras, any number of sessions, one upstream) until warden is told to
     stop."""
-    gateway = Gateway(name=plan.name, guard=plan.guard)
-    upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
-    gateway.bind(upstream)
-    await plan.guard.observe_identity()
-    async with trio.open_nursery() as nursery:
+    async with open_gateway(plan, options) as (gateway, upstream), trio.open_nursery() as nursery:
         await nursery.start(upstream.run)
         url = await nursery.start(serve_http, gateway, http)
         http_cli.announce(url, token_file)

@@ -25,9 +25,11 @@ from typing import Any, Final, Protocol, final
 import msgspec
 import trio
 
-from warden.errors import PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
+from warden import audit
+from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
 from warden.gateway.questions import check_question, elicitation_modes, scope_sampling
+from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
     present_capabilities,
     routable_client_capabilities,
@@ -35,7 +37,7 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
-from warden.policy import Effect, EntryKind
+from warden.policy import Decision, Effect, EntryKind, PinEntry
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     INPUT_REQUEST_METHODS,
@@ -84,6 +86,19 @@ _LIST_CHANGED: Final[Mapping[str, tuple[str, ...]]] = {
     "notifications/prompts/list_changed": ("prompts/list",),
     "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
 }
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Allowed:
+    """Why a request may go ahead: the deciding rule, the approval it rests on, whether a human confirmed it."""
+
+    decision: Decision
+    approval: PinEntry | None
+    confirmed: bool
+
+
+_OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
 
 
 class _NullSink:
@@ -234,9 +249,10 @@ class Gateway:
     """The protocol logic between hosts and one upstream. Construct, :meth:`bind` the upstream (which takes this
     gateway as its handler), then call :meth:`handle` per host request."""
 
-    def __init__(self, *, name: str, guard: Guard) -> None:
+    def __init__(self, *, name: str, guard: Guard, recorder: Recorder) -> None:
         self._name = name
         self.guard = guard
+        self.recorder = recorder
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
@@ -256,7 +272,7 @@ class Gateway:
         checked against their pin, so a server restarted with new instructions is caught before it is used."""
         description = await self.upstream.wait_connected()
         if description is not self._observed:
-            await self.guard.observe_instructions(description.instructions)
+            await self.recorder.pins(await self.guard.observe_instructions(description.instructions))
             self._observed = description
         return description
 
@@ -324,11 +340,33 @@ class Gateway:
             entry = _InFlight(link, sink, ctx)
             self._in_flight.add(entry)
             try:
-                await self._check(request.method, params, link, sink, ctx)
-                return await self._forward(request, ctx, params, sink)
+                return await self._audited(request, ctx, params, link, sink)
             finally:
                 self._in_flight.discard(entry)
-        return await self._forward(request, ctx, params, sink)
+        return (await self._forward(request, ctx, params, sink))[0]
+
+    async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                       sink: Sink) -> bytes:
+        """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
+        target, allowed = await self._check(request.method, params, link, sink, ctx)
+        arguments = params.get("arguments") if request.method == "tools/call" else None
+        index = await self.recorder.decided(
+            method=request.method, target=target, decision=allowed.decision, approval=allowed.approval,
+            request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
+            confirmed=allowed.confirmed)
+        try:
+            response, reply = await self._forward(request, ctx, params, sink)
+        except WardenError as exc:
+            await self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
+                                        outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+            raise
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True):
+                await self.recorder.outcome(index, method=request.method, result=None, error="cancelled by the host",
+                                            outcome=audit.Outcome.CANCELLED)
+            raise
+        await self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
+        return response
 
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
         assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
@@ -368,7 +406,8 @@ class Gateway:
             return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
         description = await self._connected()
         if description.era is Era.LEGACY:
-            return await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None), params, sink)
+            return (await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None), params,
+                                        sink))[0]
         link.legacy.log_level = str(level)  # modern servers take the level per request (MS19)
         return encode_result(request.id, b"{}")
 
@@ -387,30 +426,33 @@ class Gateway:
             method, params, capabilities=routable_client_capabilities(ctx.capabilities), log_level=ctx.log_level,
             on_progress=progress)
 
-    async def _forward(self, request: Request, ctx: Context, params: dict[str, Any], sink: Sink) -> bytes:
+    async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
+                       sink: Sink) -> tuple[bytes, Reply]:
+        """Send the request upstream and shape the answer for the host's era; returns the encoded response and
+        the server's final reply."""
         description = await self._connected()
         forwarded = strip_host_meta(params)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink)
         for _ in range(MAX_INPUT_ROUNDS):
             if not reply.ok:
                 assert reply.error is not None
-                return encode_error_object(reply.error, request.id)
+                return encode_error_object(reply.error, request.id), reply
             assert reply.result is not None
             if description.era is ctx.era and ctx.era is Era.LEGACY:
-                return encode_result(request.id, reply.result)
+                return encode_result(request.id, reply.result), reply
             if description.era is Era.MODERN:
                 kind = self._result_type(reply.result)
                 if ctx.era is Era.MODERN:
-                    return encode_result(request.id, reply.result)
+                    return encode_result(request.id, reply.result), reply
                 if kind == "input_required":
                     reply = await self._relay_input_required(request.method, forwarded, ctx, sink,
                                                              reply.result_dict())
                     continue
-                return encode_result(request.id, encode_json(to_legacy_result(reply.result_dict())))
+                return encode_result(request.id, encode_json(to_legacy_result(reply.result_dict()))), reply
             return encode_result(request.id, encode_json(
-                to_modern_result(reply.result_dict(), request.method, description.server_info)))
-        return encode_error(request.id, INTERNAL_ERROR,
-                            f"the server asked for input more than {MAX_INPUT_ROUNDS} times")
+                to_modern_result(reply.result_dict(), request.method, description.server_info))), reply
+        raise RemoteProtocolError(f"the server asked for input more than {MAX_INPUT_ROUNDS} times",
+                                  jsonrpc_code=INTERNAL_ERROR)
 
     def _result_type(self, raw: bytes) -> str:
         try:
@@ -463,13 +505,13 @@ class Gateway:
             assert fetched.error is not None
             return encode_error_object(fetched.error, request.id)
         items, ttl, private = fetched
-        await self.guard.observe_list(request.method, items)
+        await self.recorder.pins(await self.guard.observe_list(request.method, items))
         if self._can_ask_in_band(link, ctx):
             consent = self.guard.pending_consent(self.guard.kind_of(request.method))
             if consent is not None:
                 answer = await link.ask(sink, "elicitation/create", consent.params)
                 if answer.ok:
-                    await self.guard.apply_consent(consent, answer.result_dict())
+                    await self.recorder.approved(await self.guard.apply_consent(consent, answer.result_dict()))
         visible = self.guard.visible(request.method, items)
         if request.method == "tools/list":
             self._tools = {t["name"]: t for t in visible}
@@ -525,7 +567,7 @@ class Gateway:
         if isinstance(fetched, Reply):
             raise RemoteProtocolError(f"the server refused {method}: {fetched.message}",
                                       jsonrpc_code=fetched.code or INTERNAL_ERROR)
-        await self.guard.observe_list(method, fetched[0])
+        await self.recorder.pins(await self.guard.observe_list(method, fetched[0]))
 
     # -- policy on requests -------------------------------------------------------------------------------------
 
@@ -537,8 +579,10 @@ class Gateway:
             "form" in elicitation_modes(link.legacy.capabilities)
 
     async def _check(self, method: str, params: Mapping[str, Any], link: HostLink, sink: Sink,
-                     ctx: Context) -> None:
+                     ctx: Context) -> tuple[str, _Allowed]:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human when the policy says so.
+        Returns the target (tool, prompt or URI) and the allowing decision. A refusal is recorded before it is
+        raised.
 
         Raises:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
@@ -558,6 +602,7 @@ class Gateway:
         arguments = params.get("arguments") if method == "tools/call" else None
         arguments = arguments if isinstance(arguments, dict) else None
         confirmed: str | None = None
+        kind: EntryKind = "tool" if method == "tools/call" else "prompt" if method == "prompts/get" else "resource"
         for _ in range(3):
             if method == "tools/call":
                 decision = self.guard.decide_call(name, arguments, channel=channel, confirmed_digest=confirmed)
@@ -566,26 +611,30 @@ class Gateway:
             else:
                 decision = self.guard.decide_read(name, channel=channel)
             if decision.effect is Effect.ALLOW:
-                return
+                return name, _Allowed(decision, self.guard.approval(kind, name), confirmed is not None)
             if decision.effect is Effect.DENY:
-                log.warning("%s: %s refused: %s", self._name, method, decision.reason)
-                raise self.guard.refuse(decision)
+                break
             if decision.effect is Effect.ASK:
-                kind: EntryKind = ("tool" if method == "tools/call" else "prompt" if method == "prompts/get"
-                                   else "resource")
                 consent = self.guard.pending_consent(kind, name if kind != "resource" else None)
                 if consent is None:
-                    raise self.guard.refuse(decision)
+                    break
                 answer = await link.ask(sink, "elicitation/create", consent.params)
-                if not answer.ok or not await self.guard.apply_consent(consent, answer.result_dict()):
-                    raise self.guard.refuse(decision)
+                approved = await self.guard.apply_consent(consent, answer.result_dict()) if answer.ok else []
+                await self.recorder.approved(approved)
+                if not approved:
+                    break
             else:  # CONFIRM: bound to the digest of exactly these arguments
                 confirmation = self.guard.call_confirmation(name, arguments)
                 answer = await link.ask(sink, "elicitation/create", confirmation.params)
                 confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
                 if confirmed is None:
+                    await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
+                                                request=None, arguments=arguments)
                     raise PolicyError(f"the user did not confirm the call to {name!r}",
                                       hint="nothing was sent to the server")
+        log.warning("%s: %s refused: %s", self._name, method, decision.reason)
+        await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
+                                    arguments=arguments)
         raise self.guard.refuse(decision)
 
     def _offers(self, method: str) -> bool:
@@ -645,12 +694,28 @@ class Gateway:
         decision = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
             log.warning("%s: %s refused by policy: %s", self._name, method, decision.reason)
+            await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
+                                        request=None)
             return Reply.failure(INVALID_PARAMS if method == "elicitation/create" else METHOD_NOT_FOUND,
                                  f"refused by policy: {decision.reason}")
+        try:
+            index = await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
+                                                request=encode_json(dict(params)))
+        except AuditError as exc:
+            return Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: {exc}")
         body = dict(params)
         if method == "sampling/createMessage":
             body = scope_sampling(body) if decision.include_context in (None, "none") else body
         answer = await link.ask(sink, method, body)
         if method == "roots/list" and answer.ok:
-            return Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
+            answer = Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
+        await self.recorder.outcome(index, method=method, result=answer.result, error=answer.message or None)
         return answer
+
+    async def on_lifecycle(self, event: str, detail: str) -> None:
+        if event == "launched":
+            await self.recorder.launched(detail)
+        elif event == "ended":
+            await self.recorder.exited(detail)
+        else:
+            await self.recorder.refused(detail)

@@ -99,22 +99,23 @@ class Guard:
 
     # -- identity and instructions ------------------------------------------------------------------------------
 
-    async def observe_identity(self) -> PinState:
-        """Record the launch manifest (the server's identity) and report what changed."""
-        state, detections = await trio.to_thread.run_sync(
+    async def observe_identity(self) -> list[Detection]:
+        """Record the launch manifest (the server's identity); returns what to report."""
+        _, detections = await trio.to_thread.run_sync(
             lambda: self.store.observe_server(self.server, self.manifest, on_new=self.policy.on_new.value))
         self._report(detections)
-        return state
+        return detections
 
     def server_state(self) -> PinState:
         return self.store.state(self.server, "server", "", self.identity)
 
-    async def observe_instructions(self, instructions: str | None) -> None:
+    async def observe_instructions(self, instructions: str | None) -> list[Detection]:
         """Record the server's instructions (pinned like any definition; absent instructions pin as null)."""
         _, detections = await trio.to_thread.run_sync(
             lambda: self.store.observe_instructions(self.server, instructions, on_new=self.policy.on_new.value))
         self._report(detections)
         self._instructions_digest = digest(instructions)
+        return detections
 
     def instructions_state(self) -> PinState:
         if self._instructions_digest is None:
@@ -149,13 +150,14 @@ class Guard:
     def kind_of(self, method: str) -> EntryKind:
         return LIST_KINDS[method][0]
 
-    async def observe_list(self, method: str, items: Sequence[Any]) -> None:
-        """Record a complete upstream list; what changed is quarantined at once and reported."""
+    async def observe_list(self, method: str, items: Sequence[Any]) -> list[Detection]:
+        """Record a complete upstream list; what changed is quarantined at once. Returns what to report."""
         kind, _ = LIST_KINDS[method]
         observation = await trio.to_thread.run_sync(
             lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value))
         self._digests[kind] = dict(observation.digests)
         self._report(observation.detections)
+        return list(observation.detections)
 
     def visible(self, method: str, items: Sequence[Any]) -> list[Any]:
         """The entries of an observed list the host may see: approved, unchanged and allowed by policy."""
@@ -197,19 +199,24 @@ class Guard:
             return None  # a human said no to exactly this; do not nag in this session
         return consent
 
-    async def apply_consent(self, consent: PinConsent, answer: Any) -> bool:
-        """Approve exactly what the human saw, if they accepted. Returns whether anything was approved."""
+    async def apply_consent(self, consent: PinConsent, answer: Any) -> list[PinEntry]:
+        """Approve exactly what the human saw, if they accepted. Returns what was approved (nothing if declined)."""
         items = read_pin_consent(consent, answer)
         if items is None:
             self._declined.add(consent.items)
             log.warning("%s: the user declined approval in-band", self.server)
-            return False
+            return []
         approved = await trio.to_thread.run_sync(
             lambda: self.store.approve_exact(self.server, list(items), by="elicitation"))
         log.warning("%s: approved in-band: %s", self.server, ", ".join(e.label for e in approved))
-        return bool(approved)
+        return approved
 
     # -- requests -----------------------------------------------------------------------------------------------
+
+    def approval(self, kind: EntryKind, key: str) -> PinEntry | None:
+        """The approved pin entry an allowed request rests on (for the audit record), if any."""
+        entry = self.store.get(self.server, kind, key)
+        return entry if entry is not None and entry.state is PinState.APPROVED else None
 
     def _pin(self, kind: EntryKind, key: str) -> PinState:
         digest = self._digests.get(kind, {}).get(key)

@@ -152,6 +152,11 @@ class UpstreamHandler(Protocol):
         """A server notification other than progress for a warden request (which is routed internally)."""
         ...
 
+    async def on_lifecycle(self, event: str, detail: str) -> None:
+        """The server was ``launched`` (detail: its label), ``ended`` (detail: why) or ``refused`` (detail: why;
+        warden will not start it)."""
+        ...
+
 
 ProgressCallback = Callable[[dict[str, Any]], Awaitable[None]]
 
@@ -627,6 +632,7 @@ class Upstream:
                 log.error("%s: %s", self.name, exc.message)
                 self._fatal = exc
                 self._notify_change()
+                await self.handler.on_lifecycle("refused", exc.message)
                 await trio.sleep_forever()
             if outcome is _Outcome.RESPAWN:
                 continue
@@ -644,6 +650,7 @@ class Upstream:
         """
         connection = await self.connector.connect()
         self.connections.append(connection.label)
+        await self.handler.on_lifecycle("launched", connection.label)
         session = _Session(self, connection.channel)
         outcome = _Outcome.ENDED
         fatal: WardenError | None = None
@@ -667,12 +674,13 @@ class Upstream:
                     await session.closed.wait()
                 nursery.cancel_scope.cancel()
         finally:
-            session.mark_closed(session.close_reason)
+            session.mark_closed("stopped by warden")  # no-op when the server ended first (its reason stays)
             self._last_reason = session.close_reason
             self._ready = trio.Event()
             self._session = None
             with trio.CancelScope(shield=True):
                 await connection.stop(graceful=outcome is _Outcome.ENDED and fatal is None)
+                await self.handler.on_lifecycle("ended", self._last_reason)
         if fatal is not None:
             raise fatal
         return outcome

@@ -1,0 +1,134 @@
+"""What the gateway writes to the audit log, and when.
+
+Write-ahead: an allowed ``tools/call`` / ``prompts/get`` / ``resources/read`` (or a server question forwarded to a
+host) is forwarded only after its ``call.decided`` record is durable; its ``call.outcome`` follows. If the log
+cannot take the record, :meth:`Recorder.decided` raises and the action is refused — warden never does what it
+could not record. Denials, pin events and the server's lifecycle are recorded too; a failure to record one of
+those is logged, and the next allowed action is refused (the log stays failed until warden restarts).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, final
+
+from warden import audit
+from warden.errors import AuditError
+from warden.policy import Decision, Detection, Effect, PinEntry
+
+log = logging.getLogger(__name__)
+
+_PIN_EVENTS: Final = {"new": audit.Event.PIN_CREATED, "changed": audit.Event.PIN_CHANGED,
+                      "rejected": audit.Event.PIN_CHANGED, "tofu-approved": audit.Event.PIN_APPROVED,
+                      "reverted": audit.Event.PIN_APPROVED}
+_CONSENT: Final = {"trust-on-first-use": audit.Consent.TRUST_ON_FIRST_USE, "elicitation": audit.Consent.ELICITATION}
+_TARGET_MAX: Final = 2000
+
+
+def _target(value: str) -> str:
+    """A target short enough for a record; a longer one keeps its start and its digest (never cut silently)."""
+    if len(value) <= _TARGET_MAX:
+        return value
+    return value[:_TARGET_MAX - 80] + "…" + audit.digest(value.encode())
+
+
+@final
+class Recorder:
+    """The audit log as the gateway of one server sees it. ``log`` None means auditing was switched off with
+    ``--unsafe-no-audit`` (warned about at start); every method is then a no-op."""
+
+    def __init__(self, log_: audit.AuditLog | None, *, server: str, server_id: str, policy_digest: str,
+                 sandbox_digest: str | None, detail: str) -> None:
+        self._log = log_
+        self._server = server
+        self._server_id = server_id
+        self._policy = policy_digest
+        self._sandbox = sandbox_digest
+        self._detail = audit.Detail(detail)
+
+    def _record(self, event: audit.Event, **fields: Any) -> audit.Record:
+        return audit.Record(event=event, server_name=self._server, server_id=self._server_id, **fields)
+
+    async def _append(self, record: audit.Record) -> int | None:
+        if self._log is None:
+            return None
+        return await self._log.append(record)
+
+    async def _append_quietly(self, record: audit.Record) -> None:
+        try:
+            await self._append(record)
+        except AuditError as exc:
+            log.error("%s: audit: could not record %s: %s", self._server, record.event, exc.message)
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    async def policy_loaded(self) -> None:
+        await self._append_quietly(self._record(audit.Event.POLICY_LOADED, policy_digest=self._policy))
+
+    async def launched(self, label: str) -> None:
+        await self._append_quietly(self._record(audit.Event.SERVER_LAUNCHED, sandbox_digest=self._sandbox,
+                                                policy_digest=self._policy, target=_target(label)))
+
+    async def exited(self, reason: str) -> None:
+        await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=reason[:4000]))
+
+    async def refused(self, reason: str) -> None:
+        await self._append_quietly(self._record(audit.Event.SERVER_REFUSED, policy_digest=self._policy,
+                                                error=reason[:4000]))
+
+    async def pins(self, detections: Sequence[Detection]) -> None:
+        for d in detections:
+            consent = audit.Consent.TRUST_ON_FIRST_USE if d.event == "tofu-approved" else None
+            await self._append_quietly(self._record(
+                _PIN_EVENTS[d.event], method=d.kind, target=_target(d.key), target_digest=d.digest,
+                previous_digest=d.previous_digest, consent=consent, reason=d.detail or d.event))
+
+    async def approved(self, entries: Sequence[PinEntry]) -> None:
+        """Approvals a human gave in-band (through the host's elicitation)."""
+        for entry in entries:
+            await self._append_quietly(self._record(
+                audit.Event.PIN_APPROVED, method=entry.kind, target=_target(entry.key), target_digest=entry.digest,
+                consent=audit.Consent.ELICITATION))
+
+    # -- decisions and outcomes ---------------------------------------------------------------------------------
+
+    async def decided(self, *, method: str, target: str, decision: Decision, approval: PinEntry | None,
+                      request: bytes | None, arguments: Mapping[str, Any] | None = None,
+                      confirmed: bool = False) -> int | None:
+        """Record a decision; returns the record's index (to tie the outcome to it).
+
+        Raises:
+            AuditError: the decision allowed the action but the log could not make it durable: refuse it.
+        """
+        allowed = decision.effect is Effect.ALLOW
+        consent: audit.Consent | None = None
+        if allowed:
+            if confirmed:
+                consent = audit.Consent.ELICITATION
+            elif approval is not None and approval.approved_by:
+                consent = _CONSENT.get(approval.approved_by, audit.Consent.TERMINAL)
+            else:
+                consent = audit.Consent.POLICY
+        record = self._record(
+            audit.Event.CALL_DECIDED, method=method, target=_target(target),
+            target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
+            rule=str(decision.rule)[:256], decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
+            consent=consent, reason=decision.reason[:4000],
+            request_digest=audit.digest(request) if request is not None else None,
+            arguments=audit.Arguments.capture(arguments, self._detail) if arguments is not None else None,
+            sandbox_digest=self._sandbox)
+        if allowed:
+            return await self._append(record)
+        await self._append_quietly(record)
+        return None
+
+    async def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
+                      outcome: audit.Outcome | None = None) -> None:
+        if index is None:
+            return
+        kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
+        await self._append_quietly(self._record(
+            audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
+            result_digest=audit.digest(result) if result is not None else None,
+            result_size=len(result) if result is not None else None, error=error[:4000] if error else None))
