@@ -109,6 +109,7 @@ def _p99_ms(values: list[float]) -> float:
 
 
 async def main(runs: int, calls: int, use_podman: bool) -> None:
+    load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="warden-bench-"))
     state = work / "state"
     state.mkdir(mode=0o700)
@@ -152,8 +153,10 @@ async def main(runs: int, calls: int, use_podman: bool) -> None:
                 rows.append((label, mode, median, median - bare, (median / bare - 1) * 100, calls_text))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    load = os.getloadavg()
     print(f"time to first response (spawn -> initialize answer), median of {runs} runs; per call: median / p99 "
-          f"of {calls} sequential tools/call round trips on a warm server")
+          f"of {calls} sequential tools/call round trips on a warm server; {os.cpu_count()} CPUs, load average "
+          f"{load_before[0]:.2f} at start, {load[0]:.2f} at end")
     print()
     print("| server | mode | first response ms | vs bare ms | vs bare % | per call ms (median / p99) |")
     print("|---|---|---:|---:|---:|---:|")
