@@ -1,0 +1,88 @@
+"""Issue 5 through ``warden run``: what a call leaves in the audit log, and write-ahead proven at the server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import RAWSERVER, WARDEN, RawHost, through_warden, write_config
+
+
+def audit_json(*args: str, env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    out = subprocess.run([WARDEN, "audit", "show", "--json", *args], capture_output=True, text=True, timeout=60,
+                         env=env, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def received(log: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log.read_bytes().splitlines() if line.strip()] if log.exists() else []
+
+
+async def test_a_call_is_decided_durably_then_its_outcome_recorded(tmp_path: Path) -> None:
+    write_config(tmp_path)
+    host = await RawHost.start(through_warden(RAWSERVER))
+    await host.initialize()
+    await host.request(1, "tools/list")
+    await host.response(1)
+    assert (await host.call(2, "echo", {"text": "hello"}))["result"]
+    denied = await host.call(3, "nope")
+    assert denied["error"]["code"] == -32602  # type: ignore[index]
+    assert await host.close() == 0
+    verify = subprocess.run([WARDEN, "audit", "verify"], capture_output=True, text=True, timeout=60)
+    assert verify.returncode == 0, verify.stderr
+    records = audit_json()
+    events = [r["event"] for r in records]
+    assert events[0] == "audit.opened"
+    assert events[-1] == "audit.closed"
+    assert "policy.loaded" in events
+    assert "server.launched" in events
+    decided = [r for r in records if r["event"] == "call.decided"]
+    assert [(r["target"], r["decision"]) for r in decided] == [("echo", "allow"), ("nope", "deny")]
+    allowed = decided[0]
+    assert allowed["consent"] == "tofu"
+    assert allowed["target_digest"]
+    assert allowed["request_digest"]
+    assert allowed["arguments"]["detail"] == "hash"  # type: ignore[index]
+    outcome = next(r for r in records if r["event"] == "call.outcome")
+    assert outcome["decision_index"] == allowed["index"]
+    assert outcome["outcome"] == "ok"
+    assert int(outcome["index"]) > int(allowed["index"])  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def small_state_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """warden's state dir on its own 4 MiB tmpfs, so the test can fill it (ENOSPC) while warden runs."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (CI runs as root); warden's refusal is covered by tests/audit")
+    mount = tmp_path.parent / f"{tmp_path.name}-statefs"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,mode=0700", "tmpfs", str(mount)], check=True)
+    monkeypatch.setenv("WARDEN_STATE_DIR", str(mount / "state"))
+    try:
+        yield mount  # type: ignore[misc]
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+async def test_write_ahead_a_call_the_log_cannot_record_never_reaches_the_server(
+        tmp_path: Path, small_state_fs: Path) -> None:
+    write_config(tmp_path)
+    log = tmp_path / "received.jsonl"
+    host = await RawHost.start(through_warden([*RAWSERVER, "--log", str(log)]))
+    await host.initialize()
+    assert (await host.call(1, "echo", {"text": "recorded"}))["result"]
+    assert sum(m.get("method") == "tools/call" for m in received(log)) == 1
+    filler = small_state_fs / "filler"
+    subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, check=False)
+    refused = await host.call(2, "echo", {"text": "must not run"})
+    assert "error" in refused
+    assert "audit" in refused["error"]["message"]  # type: ignore[index]
+    later = await host.call(3, "echo", {"text": "still refused"})
+    assert "error" in later  # the log stays failed until warden restarts and recovers
+    await host.close()
+    calls = [m for m in received(log) if m.get("method") == "tools/call"]
+    assert [c["params"]["arguments"]["text"] for c in calls] == ["recorded"]  # type: ignore[index]
