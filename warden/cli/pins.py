@@ -10,8 +10,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import sys
+from collections.abc import Sequence
 
-from warden.cli._common import CommandContext
+from warden import audit
+from warden.cli._common import CommandContext, run_trio
 from warden.consent import describe_entry, review
 from warden.errors import PolicyError
 from warden.policy import render_visible
@@ -147,7 +149,7 @@ def approve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                                                           expected={(e.kind, e.key): e.digest})]
     for e in done:
         print(f"approved: server {e.server!r} {e.label} {e.digest}")
-    return 0
+    return _audit_pins(ctx, audit.Event.PIN_APPROVED, done)
 
 
 def revoke_command(ctx: CommandContext, args: argparse.Namespace) -> int:
@@ -166,7 +168,7 @@ def revoke_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                                                                                     else None))
     for e in done:
         print(f"revoked: server {e.server!r} {e.label}")
-    return 0
+    return _audit_pins(ctx, audit.Event.PIN_REVOKED, done)
 
 
 class _Tty:
@@ -183,4 +185,21 @@ def review_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                           hint="run it in a terminal; scripts use `warden pins approve SERVER --yes`")
     summary = review(_store(ctx), args.server, _Tty(), width=_width())
     print(f"approved {len(summary.approved)}, revoked {len(summary.revoked)}, skipped {len(summary.skipped)}")
+    _audit_pins(ctx, audit.Event.PIN_APPROVED, summary.approved)
+    return _audit_pins(ctx, audit.Event.PIN_REVOKED, summary.revoked)
+
+
+def _audit_pins(ctx: CommandContext, event: audit.Event, entries: Sequence[PinEntry]) -> int:
+    """Record approvals and revocations made at this terminal in the audit log (consent: terminal)."""
+    if not entries:
+        return 0
+
+    async def append() -> None:
+        async with audit.open_audit_log(ctx.private_state_dir()) as log:
+            for e in entries:
+                await log.append(audit.Record(
+                    event=event, server_name=e.server, method=e.kind, target=e.key[:2000], target_digest=e.digest,
+                    consent=audit.Consent.TERMINAL if event is audit.Event.PIN_APPROVED else None))
+
+    run_trio(append)
     return 0
