@@ -23,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import trio
 from rich.console import Console
 from rich.table import Table
@@ -220,11 +221,57 @@ async def http_downstream_rows(table: Table, console: Console, workdir: Path, ca
                           f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
                           f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
                           f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+        # server/discover is answered by warden itself (no upstream hop, no audit): the HTTP face's own cost.
+        direct = None
+        for label, url in (("server/discover, direct", direct_url), ("server/discover, warden --http", warden_url)):
+            console.print(f"[dim]measuring {name} / {label} …[/dim]")
+            result = await _measure_discover(url, calls, concurrency)
+            direct = direct or result
+            table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
+                          f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
+                          f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
         table.add_section()
     finally:
         for process in processes:
             process.kill()
             await process.wait()
+
+
+async def _measure_discover(url: str, calls: int, concurrency: int) -> dict[str, float]:
+    """Like :func:`measure` over HTTP, with ``server/discover`` (answered by the endpoint itself) as the request."""
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}}})
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "server/discover"}
+    async with httpx.AsyncClient(trust_env=False, timeout=30, limits=httpx.Limits(max_connections=64)) as client:
+
+        async def once() -> float:
+            started = time.perf_counter()
+            response = await client.post(url, content=body, headers=headers)
+            elapsed = time.perf_counter() - started
+            if '"supportedVersions"' not in response.text:
+                raise RuntimeError(f"server/discover failed: {response.text[:200]}")
+            return elapsed
+
+        for _ in range(min(200, calls)):
+            await once()
+        sequential = [await once() for _ in range(calls)]
+        latencies: list[float] = []
+
+        async def worker(n: int) -> None:
+            for _ in range(n):
+                latencies.append(await once())
+
+        started = time.perf_counter()
+        async with trio.open_nursery() as workers:
+            for i in range(concurrency):
+                workers.start_soon(worker, calls // concurrency + (1 if i < calls % concurrency else 0))
+        wall = time.perf_counter() - started
+    return {"seq_median": statistics.median(sequential) * 1e3, "seq_p99": percentile(sequential, 0.99) * 1e3,
+            "seq_rate": len(sequential) / sum(sequential),
+            "conc_median": statistics.median(latencies) * 1e3, "conc_p99": percentile(latencies, 0.99) * 1e3,
+            "conc_rate": len(latencies) / wall}
 
 
 async def _serving_url(process: trio.Process) -> str:
