@@ -106,9 +106,6 @@ def test_conformance_client_scenario_passes(run: Run, outcomes: dict[Run, Outcom
     assert outcome.passed, outcome.output[-6000:]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "gateway: a modern upstream's result without resultType is relayed to a modern host as it came; the SDK host "
-    "rejects it (warden should state resultType 'complete', as shaping.py says). The legacy-host run passes."))
 def test_sep_2322_with_a_modern_host(outcomes: dict[Run, Outcome], capsys: pytest.CaptureFixture[str]) -> None:
     run = Run("alpha", "sep-2322-client-request-state", "2026-07-28", host="auto")
     outcome = judge(run, outcomes, capsys)

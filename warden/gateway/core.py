@@ -111,8 +111,15 @@ class _NullSink:
 _NO_SINK: Final = _NullSink()
 
 
+def _state_complete(raw: bytes) -> bytes:
+    """A modern result that left ``resultType`` out means complete (LC16); a 2026 host expects it stated. The raw
+    object text is spliced, not re-encoded, so everything else passes byte for byte."""
+    body = raw[1:].lstrip()
+    return b'{"resultType":"complete"' + (b"," + body if body[:1] != b"}" else b"}")
+
+
 class _ResultType(msgspec.Struct):
-    resultType: str = "complete"
+    resultType: str | None = None
 
 
 _peek_result_type = msgspec.json.Decoder(_ResultType).decode
@@ -441,9 +448,10 @@ class Gateway:
             if description.era is ctx.era and ctx.era is Era.LEGACY:
                 return encode_result(request.id, reply.result), reply
             if description.era is Era.MODERN:
-                kind = self._result_type(reply.result)
+                kind, stated = self._result_type(reply.result)
                 if ctx.era is Era.MODERN:
-                    return encode_result(request.id, reply.result), reply
+                    result = reply.result if stated else _state_complete(reply.result)
+                    return encode_result(request.id, result), reply
                 if kind == "input_required":
                     reply = await self._relay_input_required(request.method, forwarded, ctx, sink,
                                                              reply.result_dict())
@@ -454,11 +462,13 @@ class Gateway:
         raise RemoteProtocolError(f"the server asked for input more than {MAX_INPUT_ROUNDS} times",
                                   jsonrpc_code=INTERNAL_ERROR)
 
-    def _result_type(self, raw: bytes) -> str:
+    def _result_type(self, raw: bytes) -> tuple[str, bool]:
+        """The result's type (absent means complete, LC16; unknown is invalid, LC17) and whether it was stated."""
         try:
-            return result_type({"resultType": _peek_result_type(raw).resultType})
+            stated = _peek_result_type(raw).resultType
         except msgspec.DecodeError as exc:
             raise RemoteProtocolError("the server's resultType is not a string", jsonrpc_code=INTERNAL_ERROR) from exc
+        return result_type({} if stated is None else {"resultType": stated}), stated is not None
 
     async def _relay_input_required(self, method: str, params: dict[str, Any], ctx: Context, sink: Sink,
                                     result: dict[str, Any]) -> Reply:

@@ -595,7 +595,7 @@ class Upstream:
         :meth:`wait_connected`.
         """
         session = self._session
-        if session is None or not self._ready.is_set():
+        if session is None or not self._ready.is_set() or session.closed.is_set():
             timeout = kwargs.get("timeout") or self.options.request_timeout
             with trio.move_on_after(timeout) as scope:
                 await self.wait_connected()
@@ -672,6 +672,8 @@ class Upstream:
                     self._ready.set()
                     self._notify_change()
                     await session.closed.wait()
+                    self._ready = trio.Event()  # new requests wait for the next connection, not this dead one
+                    self._session = None
                 nursery.cancel_scope.cancel()
         finally:
             session.mark_closed("stopped by warden")  # no-op when the server ended first (its reason stays)
