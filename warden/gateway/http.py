@@ -85,12 +85,12 @@ __all__ = ["HttpFace", "HttpOptions", "serve_http"]
 
 log = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
+_Scope = MutableMapping[str, Any]
+_Message = MutableMapping[str, Any]
+_Receive = Callable[[], Awaitable[_Message]]
+_Send = Callable[[_Message], Awaitable[None]]
 
-SESSION_HEADER: Final = b"mcp-session-id"
+_SESSION_HEADER: Final = b"mcp-session-id"
 _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache, no-transform"),
                        (b"x-accel-buffering", b"no")]
 _SESSION_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
@@ -169,7 +169,7 @@ class _Disconnected(Exception):
 class _Request:
     """What the face reads from one ASGI ``http`` scope."""
 
-    def __init__(self, scope: Scope) -> None:
+    def __init__(self, scope: _Scope) -> None:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.headers: list[tuple[bytes, bytes]] = [(bytes(k).lower(), bytes(v)) for k, v in scope["headers"]]
@@ -289,7 +289,7 @@ class HttpFace:
 
     # -- ASGI entry ---------------------------------------------------------------------------------------------
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def __call__(self, scope: _Scope, receive: _Receive, send: _Send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
             return
@@ -319,7 +319,7 @@ class HttpFace:
         except _Disconnected:
             log.debug("client went away before its request was read")
 
-    async def _lifespan(self, receive: Receive, send: Send) -> None:
+    async def _lifespan(self, receive: _Receive, send: _Send) -> None:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
@@ -351,24 +351,24 @@ class HttpFace:
     # -- responses ----------------------------------------------------------------------------------------------
 
     @staticmethod
-    async def _send_json(send: Send, status: int, body: bytes,
+    async def _send_json(send: _Send, status: int, body: bytes,
                          headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)),
                                 *headers]})
         await send({"type": "http.response.body", "body": body})
 
-    async def _refuse(self, send: Send, status: int, code: int, message: str, *, id_raw: bytes | None = None,
+    async def _refuse(self, send: _Send, status: int, code: int, message: str, *, id_raw: bytes | None = None,
                       data: Any = None, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         await self._send_json(send, status, encode_error(id_raw, code, message, data), headers)
 
     @staticmethod
-    async def _send_empty(send: Send, status: int, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+    async def _send_empty(send: _Send, status: int, headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-length", b"0"), *headers]})
         await send({"type": "http.response.body", "body": b""})
 
-    async def _read_body(self, request: _Request, receive: Receive) -> bytes | None:
+    async def _read_body(self, request: _Request, receive: _Receive) -> bytes | None:
         """The whole body, or None when it is larger than the cap (stops reading at the cap)."""
         limit = self._options.max_body_size
         declared = request.single(b"content-length")
@@ -392,7 +392,7 @@ class HttpFace:
 
     # -- POST ---------------------------------------------------------------------------------------------------
 
-    async def _post(self, request: _Request, receive: Receive, send: Send) -> None:
+    async def _post(self, request: _Request, receive: _Receive, send: _Send) -> None:
         content_type = request.single(b"content-type")
         if content_type is None or content_type.split(b";")[0].strip().lower() != b"application/json":
             await self._refuse(send, 415, INVALID_REQUEST, "Unsupported Media Type: send application/json")
@@ -414,7 +414,7 @@ class HttpFace:
                                id_raw=message.id if message.is_request else None)
             return
         version = request.single(b"mcp-protocol-version")
-        session_id = request.all(SESSION_HEADER)
+        session_id = request.all(_SESSION_HEADER)
         if version is not None and version.decode("ascii", "replace") not in LEGACY_VERSIONS:
             await self._modern_post(request, message, receive, send)
         elif session_id:
@@ -433,7 +433,7 @@ class HttpFace:
     # -- modern (2026-07-28) ------------------------------------------------------------------------------------
 
     async def _modern_post(self, request: _Request, message: Request | Notification | Response | ErrorResponse,
-                           receive: Receive, send: Send) -> None:
+                           receive: _Receive, send: _Send) -> None:
         if isinstance(message, Notification):
             version = request.single(b"mcp-protocol-version")
             if version is not None and version.decode("ascii", "replace") not in MODERN_VERSIONS:
@@ -493,7 +493,7 @@ class HttpFace:
                           f"annotations are invalid: {tool.problem})")
         return tool, None
 
-    async def _cancel_on_disconnect(self, receive: Receive, scope: trio.CancelScope) -> None:
+    async def _cancel_on_disconnect(self, receive: _Receive, scope: trio.CancelScope) -> None:
         """A 2026 host cancels by closing the response stream: that cancels the request, and warden's own
         request upstream with it."""
         while (await receive())["type"] != "http.disconnect":
@@ -534,7 +534,7 @@ class HttpFace:
 
     # -- writing a response stream ------------------------------------------------------------------------------
 
-    async def _write(self, send: Send, stream: EventLog, *, sse: bool, modern: bool, position: int, priming: bool,
+    async def _write(self, send: _Send, stream: EventLog, *, sse: bool, modern: bool, position: int, priming: bool,
                      headers: Iterable[tuple[bytes, bytes]] = (), unless_error: bool = False) -> bytes | None:
         """Write ``stream`` out as the HTTP response, from ``position`` on; returns the response if it went as JSON.
 
@@ -607,7 +607,7 @@ class HttpFace:
         session.end()
         self._gateway.detach(session.link)
 
-    async def _initialize(self, request: _Request, message: Request, receive: Receive, send: Send) -> None:
+    async def _initialize(self, request: _Request, message: Request, receive: _Receive, send: _Send) -> None:
         self._sweep()
         if len(self._sessions) >= self._options.max_sessions:
             await self._refuse(send, 503, INVALID_REQUEST,
@@ -627,14 +627,14 @@ class HttpFace:
         self._sessions[key] = session
         self._gateway.attach(session.link)
         answer = await self._session_request(session, message, receive, send,
-                                             headers=[(SESSION_HEADER, session_id.encode("ascii"))],
+                                             headers=[(_SESSION_HEADER, session_id.encode("ascii"))],
                                              unless_error=True)
         if answer is not None and isinstance(parse_message(answer), ErrorResponse):
             self._end(key, session)  # the handshake failed: there is no session to keep
 
     async def _session_post(self, session: _Session, request: _Request,
-                            message: Request | Notification | Response | ErrorResponse, receive: Receive,
-                            send: Send) -> None:
+                            message: Request | Notification | Response | ErrorResponse, receive: _Receive,
+                            send: _Send) -> None:
         if isinstance(message, Request):
             if message.method == "initialize":
                 await self._refuse(send, 400, INVALID_REQUEST, "initialize was already received in this session",
@@ -659,7 +659,7 @@ class HttpFace:
             session.link.answer(message.id, Reply(error=message.error, code=message.code, message=message.message))
         await self._send_empty(send, 202)
 
-    async def _session_request(self, session: _Session, message: Request, receive: Receive, send: Send,
+    async def _session_request(self, session: _Session, message: Request, receive: _Receive, send: _Send,
                                headers: Iterable[tuple[bytes, bytes]] = (), unless_error: bool = False
                                ) -> bytes | None:
         try:
@@ -709,10 +709,10 @@ class HttpFace:
 
     # -- GET and DELETE -----------------------------------------------------------------------------------------
 
-    async def _session_for(self, request: _Request, send: Send) -> _Session | None:
+    async def _session_for(self, request: _Request, send: _Send) -> _Session | None:
         """The legacy session a GET or DELETE names; refuses (405 without one, 404 for an unknown one)."""
         version = request.single(b"mcp-protocol-version")
-        session_id = request.all(SESSION_HEADER)
+        session_id = request.all(_SESSION_HEADER)
         if not session_id or (version is not None and version.decode("ascii", "replace") not in LEGACY_VERSIONS):
             await self._refuse(send, 405, INVALID_REQUEST,
                                "Method Not Allowed: without a session (2026-07-28 has none) only POST is served",
@@ -724,7 +724,7 @@ class HttpFace:
                                "Session not found: it ended or never existed; send initialize for a new one")
         return session
 
-    async def _get(self, request: _Request, send: Send, receive: Receive) -> None:
+    async def _get(self, request: _Request, send: _Send, receive: _Receive) -> None:
         session = await self._session_for(request, send)
         if session is None:
             return
@@ -765,7 +765,7 @@ class HttpFace:
             if standalone and session.link.unsolicited is stream:
                 session.link.unsolicited = None
 
-    async def _delete(self, request: _Request, send: Send) -> None:
+    async def _delete(self, request: _Request, send: _Send) -> None:
         session = await self._session_for(request, send)
         if session is None:
             return
