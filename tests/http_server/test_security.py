@@ -205,7 +205,9 @@ async def test_session_ids_cannot_be_guessed(tmp_path: Path) -> None:
         response = await w.post(legacy_call, w.headers(mcp_session_id=session))
         assert response.status_code == 200
         assert "ACCEPTED-session" in response.text
+        assert (await w.client.delete(w.url, headers=w.headers(mcp_session_id=session))).status_code == 200
     assert "REFUSED" not in received(log)
+    assert all(session[:8] not in line and other[:8] not in line for line in w.stderr)  # ids are secrets
 
 
 HEADER_CASES: list[tuple[str, dict[str, str | None]]] = [

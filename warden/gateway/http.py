@@ -283,6 +283,7 @@ class HttpFace:
                                              allow_origins=options.allow_origins)
         self._nursery = nursery
         self._sessions: dict[bytes, _Session] = {}
+        self._opened = 0
         self._modern = HostLink("http host (2026)", question_timeout=options.question_timeout)
         self._stream_bytes = 2 * options.max_body_size + (1 << 20)
         gateway.attach(self._modern)
@@ -599,7 +600,7 @@ class HttpFace:
         now = trio.current_time()
         for key, session in list(self._sessions.items()):
             if session.idle(now, self._options.session_idle_timeout):
-                log.info("ending HTTP session %s…: idle", session.id[:6])
+                log.info("ending %s: idle", session.link.name)
                 self._end(key, session)
 
     def _end(self, key: bytes, session: _Session) -> None:
@@ -616,7 +617,8 @@ class HttpFace:
             return
         session_id = secrets.token_urlsafe(32)
         key = hashlib.sha256(session_id.encode("ascii")).digest()
-        session = _Session(session_id, HostLink(f"http session {session_id[:6]}…",
+        self._opened += 1  # sessions are named by number in logs: the id itself is a secret
+        session = _Session(session_id, HostLink(f"http session #{self._opened}",
                                                 question_timeout=self._options.question_timeout),
                            trio.current_time())
         try:
@@ -770,7 +772,7 @@ class HttpFace:
         if session is None:
             return
         self._end(hashlib.sha256(session.id.encode("ascii")).digest(), session)
-        log.info("HTTP session %s… ended by the client", session.id[:6])
+        log.info("%s ended by the client", session.link.name)
         await self._send_empty(send, 200)
 
 
