@@ -47,8 +47,21 @@ SERVERS: dict[str, tuple[list[str], str, dict[str, Any]]] = {
 }
 
 
-def via_warden(argv: list[str], state_dir: str) -> list[str]:
-    return [WARDEN, "--state-dir", state_dir, "run", "--quiet-server", "--", *argv]
+def via_warden(argv: list[str], state_dir: str, config: Path, name: str, *extra: str) -> list[str]:
+    return [WARDEN, "--state-dir", state_dir, "--config", str(config), "run", "--name", name, "--quiet-server",
+            *extra, "--", *argv]
+
+
+async def approve_first(command: list[str], state_dir: str, config: Path, name: str) -> None:
+    """Meet the server through warden once, then approve what it offers (findings included: the bench measures
+    the proxy, not the review). A real user does this once with `warden pins review`."""
+    async with trio.open_nursery() as nursery:
+        client = await RawClient.start(nursery, command, env=dict(os.environ))
+        await client.request("tools/list", {})
+        await client.aclose()
+        nursery.cancel_scope.cancel()
+    subprocess.run([WARDEN, "--state-dir", state_dir, "--config", str(config), "pins", "approve", name, "--yes",
+                    "--accept-findings"], check=True, capture_output=True)
 
 
 def via_fastmcp(argv: list[str], workdir: Path) -> list[str] | None:
@@ -109,12 +122,18 @@ async def main() -> None:
         workdir = Path(tmp)
         state = workdir / "state"
         state.mkdir(mode=0o700)
+        config = workdir / "bench.toml"
+        config.write_text('[defaults]\non_new = "tofu"\n')
         for name, (argv, tool, tool_args) in SERVERS.items():
             if args.only and args.only not in name:
                 continue
+            slug = "bench-" + "".join(c if c.isalnum() else "-" for c in name).strip("-")
+            await approve_first(via_warden(argv, str(state), config, slug), str(state), config, slug)
             paths: list[tuple[str, Callable[[], list[str] | None]]] = [
                 ("direct", lambda a=argv: a),
-                ("warden", lambda a=argv: via_warden(a, str(state))),
+                ("warden (sandbox, pins, audit)", lambda a=argv, n=slug: via_warden(a, str(state), config, n)),
+                ("warden, audit off", lambda a=argv, n=slug: via_warden(a, str(state), config, n,
+                                                                       "--unsafe-no-audit")),
                 ("fastmcp 4.2.3 (peer)", lambda a=argv: via_fastmcp(a, workdir)),
             ]
             direct: dict[str, float] | None = None

@@ -263,9 +263,10 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
         else:
             log.warning("%s: AUDIT IS OFF (--unsafe-no-audit): nothing this server does is recorded", plan.name)
         guard = plan.guard
+        background = await stack.enter_async_context(trio.open_nursery())
         recorder = Recorder(log_, server=plan.name, server_id=guard.identity, policy_digest=guard.policy.digest,
                             sandbox_digest=canonical_digest(guard.manifest.get("sandbox") or {}),
-                            detail=guard.policy.audit_arguments.value)
+                            detail=guard.policy.audit_arguments.value, background=background)
         await recorder.policy_loaded()
         await recorder.pins(await guard.observe_identity())
         gateway = Gateway(name=plan.name, guard=guard, recorder=recorder)

@@ -13,6 +13,8 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
+import trio
+
 from warden import audit
 from warden.errors import AuditError
 from warden.policy import Decision, Detection, Effect, PinEntry
@@ -39,8 +41,9 @@ class Recorder:
     ``--unsafe-no-audit`` (warned about at start); every method is then a no-op."""
 
     def __init__(self, log_: audit.AuditLog | None, *, server: str, server_id: str, policy_digest: str,
-                 sandbox_digest: str | None, detail: str) -> None:
+                 sandbox_digest: str | None, detail: str, background: trio.Nursery | None = None) -> None:
         self._log = log_
+        self._background = background
         self._server = server
         self._server_id = server_id
         self._policy = policy_digest
@@ -125,10 +128,16 @@ class Recorder:
 
     async def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
                       outcome: audit.Outcome | None = None) -> None:
+        """Record how an allowed action ended. The host need not wait for this one to be durable (the decision
+        was), so with a ``background`` nursery the append completes there while the answer goes out."""
         if index is None:
             return
         kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
-        await self._append_quietly(self._record(
+        record = self._record(
             audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
             result_digest=audit.digest(result) if result is not None else None,
-            result_size=len(result) if result is not None else None, error=error[:4000] if error else None))
+            result_size=len(result) if result is not None else None, error=error[:4000] if error else None)
+        if self._background is not None:
+            self._background.start_soon(self._append_quietly, record)
+        else:
+            await self._append_quietly(record)
