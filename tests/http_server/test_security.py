@@ -6,7 +6,6 @@ while the accepted control requests (which prove the log works) must be there.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import subprocess
 from pathlib import Path
@@ -141,8 +140,7 @@ def test_SEC03_no_auth_is_refused_off_loopback_and_nothing_starts(tmp_path: Path
 async def test_SEC03_the_default_bind_is_loopback(tmp_path: Path) -> None:
     """``--http PORT`` binds 127.0.0.1, never all interfaces: the kernel's own table says so."""
     log = tmp_path / "upstream.log"
-    env = dict(os.environ)
-    async with warden_http(recording(log), cwd=tmp_path, env=env) as w:
+    async with warden_http(recording(log), cwd=tmp_path, bind="0") as w:
         port = int(w.url.split(":")[2].split("/")[0])
         listening = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
         local = {fields[1] for fields in listening if fields[3] == "0A" and int(fields[1].split(":")[1], 16) == port}
@@ -223,6 +221,11 @@ HEADER_CASES: list[tuple[str, dict[str, str | None]]] = [
 
 
 async def test_PX24_PX26_headers_that_disagree_with_the_body_are_refused(tmp_path: Path) -> None:
+    """Every 2026 request's MCP-Protocol-Version, Mcp-Method and Mcp-Name are checked against its body before
+    warden decides anything on it; a missing or mismatched one is refused (400, -32020) and goes nowhere.
+
+    covers: SEC05
+    """
     log = tmp_path / "upstream.log"
     async with warden_http(recording(log), cwd=tmp_path) as w:
         for n, (case, headers) in enumerate(HEADER_CASES):

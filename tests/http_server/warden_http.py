@@ -87,9 +87,9 @@ class WardenHttp:
 
 @contextlib.asynccontextmanager
 async def warden_http(server: list[str], *args: str, cwd: Path, no_auth: bool = False,
-                      env: Mapping[str, str] | None = None) -> AsyncIterator[WardenHttp]:
-    """Start ``warden run --http 127.0.0.1:0 [--no-auth] ARGS -- SERVER``, wait for its URL, stop it after."""
-    argv = [WARDEN, "run", "--http", "127.0.0.1:0", *(["--no-auth"] if no_auth else []), *args, "--", *server]
+                      env: Mapping[str, str] | None = None, bind: str = "127.0.0.1:0") -> AsyncIterator[WardenHttp]:
+    """Start ``warden run --http BIND [--no-auth] ARGS -- SERVER``, wait for its URL, stop it after."""
+    argv = [WARDEN, "run", "--http", bind, *(["--no-auth"] if no_auth else []), *args, "--", *server]
     process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, cwd=str(cwd), env=env)
     assert process.stderr is not None
