@@ -59,7 +59,7 @@ from warden.protocol.eras import (
     Era,
 )
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
-from warden.protocol.mcp_headers import HTTP_STATUS, check_tool_headers, validate_request_headers
+from warden.protocol.mcp_headers import HTTP_STATUS, ToolHeaders, check_tool_headers, validate_request_headers
 from warden.protocol.messages import (
     INVALID_PARAMS,
     INVALID_REQUEST,
@@ -284,6 +284,7 @@ class HttpFace:
         self._nursery = nursery
         self._sessions: dict[bytes, _Session] = {}
         self._opened = 0
+        self._checked: dict[int, tuple[dict[str, Any], ToolHeaders]] = {}
         self._modern = HostLink("http host (2026)", question_timeout=options.question_timeout)
         self._stream_bytes = 2 * options.max_body_size + (1 << 20)
         gateway.attach(self._modern)
@@ -451,17 +452,14 @@ class HttpFace:
                                "a 2026-07-28 client sends no responses; without a session there is nothing to answer")
             return
         params = decode_object(message.params)
-        # PX24/PX26/SEC05: _meta, MCP-Protocol-Version, Mcp-Method, Mcp-Name and the version, before anything else.
-        rejection = validate_request_headers(request.headers, message.method, params,
+        # PX24/PX26/SEC05: _meta, MCP-Protocol-Version, Mcp-Method, Mcp-Name and the version, before anything else;
+        # PX25: for a call, the Mcp-Param-* headers the tool designates too.
+        tool, refusal = self._tool_headers(params) if message.method == "tools/call" else (None, None)
+        rejection = validate_request_headers(request.headers, message.method, params, tool=tool,
                                              supported_versions=MODERN_VERSIONS)
-        if rejection is None and message.method == "tools/call":
-            tool, refusal = self._tool_headers(params)
-            if refusal is not None:
-                await self._refuse(send, 400, INVALID_PARAMS, refusal, id_raw=message.id)
-                return
-            if tool is not None:  # PX25: the Mcp-Param-* headers this tool designates
-                rejection = validate_request_headers(request.headers, message.method, params, tool=tool,
-                                                     supported_versions=MODERN_VERSIONS)
+        if rejection is None and refusal is not None:
+            await self._refuse(send, 400, INVALID_PARAMS, refusal, id_raw=message.id)
+            return
         if rejection is not None:
             log.info("refused a 2026-07-28 %s: %s", message.method, rejection.message)
             await self._refuse(send, rejection.http_status, rejection.code, rejection.message, id_raw=message.id,
@@ -480,15 +478,23 @@ class HttpFace:
             await self._write(send, stream, sse=upfront, modern=True, position=0, priming=False)
             nursery.cancel_scope.cancel()
 
-    def _tool_headers(self, params: dict[str, Any]) -> tuple[Any, str | None]:
+    def _tool_headers(self, params: dict[str, Any]) -> tuple[ToolHeaders | None, str | None]:
         """The checked ``x-mcp-header`` annotations of the tool a call names, as warden last listed it (None when
         warden has not listed it: nothing to check the ``Mcp-Param-*`` headers against, and nothing decides on
-        them), or why the call is refused: the tool is left out over HTTP (invariant 8)."""
+        them), or why the call is refused: the tool is left out over HTTP (invariant 8). A definition is checked
+        once per listing (the gateway hands out the same object until it lists again)."""
         name = params.get("name")
         definition = self._gateway.known_tool(name) if isinstance(name, str) else None
         if definition is None:
             return None, None
-        tool = check_tool_headers(definition)
+        cached = self._checked.get(id(definition))
+        if cached is not None and cached[0] is definition:
+            tool = cached[1]
+        else:
+            tool = check_tool_headers(definition)
+            if len(self._checked) >= 4096:
+                self._checked.clear()
+            self._checked[id(definition)] = (definition, tool)
         if not tool.valid:
             return None, (f"Unknown tool: {name} (warden does not offer it over HTTP: its x-mcp-header "
                           f"annotations are invalid: {tool.problem})")
