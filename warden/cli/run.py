@@ -30,12 +30,14 @@ from warden.errors import ConfigError, LaunchError, SandboxUnavailable, WardenEr
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
 from warden.gateway.http import HttpOptions, serve_http
+from warden.gateway.mrtr import load_state_key
 from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec
 from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_manifest, load_effective_policy
 from warden.policy.pins import digest as canonical_digest
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
+from warden.protocol.request_state import StateSigner
 from warden.sandbox import make_launcher
 from warden.transport.channel import MessageChannel
 from warden.transport.http_client import HttpConnector, headers_from_env, http_config, http_server_name, is_http_url
@@ -269,7 +271,9 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
                             detail=guard.policy.audit_arguments.value, background=background)
         await recorder.policy_loaded()
         await recorder.pins(await guard.observe_identity())
-        gateway = Gateway(name=plan.name, guard=guard, recorder=recorder)
+        signer = StateSigner(await trio.to_thread.run_sync(load_state_key, plan.state_dir))
+        gateway = Gateway(name=plan.name, guard=guard, recorder=recorder, signer=signer, background=background,
+                          question_timeout=options.request_timeout)
         upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
         gateway.bind(upstream)
         yield gateway, upstream

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+import secrets
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
 
@@ -28,6 +29,7 @@ import trio
 from warden import audit
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
+from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.questions import check_question, elicitation_modes, scope_sampling
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
@@ -38,6 +40,7 @@ from warden.gateway.shaping import (
     to_modern_result,
 )
 from warden.policy import Decision, Effect, EntryKind, PinEntry
+from warden.policy.pins import digest as pin_digest
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     INPUT_REQUEST_METHODS,
@@ -70,6 +73,7 @@ from warden.protocol.messages import (
     encode_request,
     encode_result,
 )
+from warden.protocol.request_state import StateClaims, StateSigner, binding_of, is_ours
 from warden.upstream.connection import Reply, ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
@@ -109,6 +113,18 @@ class _NullSink:
 
 
 _NO_SINK: Final = _NullSink()
+
+URL_ELICITATION_REQUIRED: Final = -32042
+"""2025-11-25 only: "the user must visit a URL first". Never relayed to a 2026 host (PX09)."""
+
+Asker = Callable[[str, Mapping[str, Any]], Awaitable[Reply]]
+
+
+def _for_modern_host(question: Mapping[str, Any]) -> dict[str, Any]:
+    """An input request as a 2026 host takes it: no ``elicitationId`` (PX10), no JSON-RPC envelope."""
+    params = dict(question.get("params") or {})
+    params.pop("elicitationId", None)
+    return {"method": question["method"], "params": params}
 
 
 def _state_complete(raw: bytes) -> bytes:
@@ -175,6 +191,7 @@ class HostLink:
 
     def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
         self.name = name
+        self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
         self.legacy: LegacyHost | None = None
         self.unsolicited: Sink | None = None
         self._questions: dict[bytes, _Question] = {}
@@ -236,6 +253,7 @@ class _InFlight:
     link: HostLink
     sink: Sink
     ctx: Context
+    exchange: Exchange | None = None
 
 
 def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
@@ -256,10 +274,15 @@ class Gateway:
     """The protocol logic between hosts and one upstream. Construct, :meth:`bind` the upstream (which takes this
     gateway as its handler), then call :meth:`handle` per host request."""
 
-    def __init__(self, *, name: str, guard: Guard, recorder: Recorder) -> None:
+    def __init__(self, *, name: str, guard: Guard, recorder: Recorder, signer: StateSigner,
+                 background: trio.Nursery, question_timeout: float = 120.0) -> None:
         self._name = name
         self.guard = guard
         self.recorder = recorder
+        self._signer = signer
+        self._background = background
+        self._question_timeout = question_timeout
+        self._exchanges: dict[str, Exchange] = {}
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
@@ -344,17 +367,24 @@ class Gateway:
             if description.era is not ctx.era or method.startswith("tasks/"):
                 return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
         if method in MRTR_REQUESTS:
-            entry = _InFlight(link, sink, ctx)
-            self._in_flight.add(entry)
-            try:
-                return await self._audited(request, ctx, params, link, sink)
-            finally:
-                self._in_flight.discard(entry)
+            return await self._audited(request, ctx, params, link, sink)
         return (await self._forward(request, ctx, params, sink))[0]
 
     async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                        sink: Sink) -> bytes:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
+        description = await self._connected()
+        if ctx.era is Era.MODERN and description.era is Era.LEGACY:
+            return await self._exchange(request, ctx, params, link, description)
+        entry = _InFlight(link, sink, ctx)  # the server may ask this request's host something (PX01)
+        self._in_flight.add(entry)
+        try:
+            return await self._decided_and_forwarded(request, ctx, params, link, sink)
+        finally:
+            self._in_flight.discard(entry)
+
+    async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                                     sink: Sink) -> bytes:
         target, allowed = await self._check(request.method, params, link, sink, ctx)
         arguments = params.get("arguments") if request.method == "tools/call" else None
         index = await self.recorder.decided(
@@ -461,6 +491,85 @@ class Gateway:
                 to_modern_result(reply.result_dict(), request.method, description.server_info))), reply
         raise RemoteProtocolError(f"the server asked for input more than {MAX_INPUT_ROUNDS} times",
                                   jsonrpc_code=INTERNAL_ERROR)
+
+    # -- multi-round requests warden runs itself (PX07) ----------------------------------------------------------
+
+    async def _exchange(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                        description: ServerDescription) -> bytes:
+        """A 2026 host in front of a legacy server: start the call in the background (or continue it, when the
+        host brings back warden's ``requestState``) and answer with its result or with the questions it raised."""
+        original = {k: v for k, v in params.items() if k not in ("_meta", "requestState", "inputResponses")}
+        binding = binding_of(request.method, pin_digest(original))  # the retry must repeat the same request
+        state = params.get("requestState")
+        if is_ours(state):
+            assert isinstance(state, str)
+            exchange = self._exchanges.get(self._signer.open(state, host=link.id, binding=binding,
+                                                             now=trio.current_time()))
+            if exchange is None:
+                raise RemoteProtocolError("the request this requestState continues has ended; send it afresh",
+                                          jsonrpc_code=INVALID_PARAMS)
+            exchange.deliver(params.get("inputResponses"))
+        else:
+            target_name, allowed = await self._check(request.method, params, link, _NO_SINK, ctx)
+            arguments = params.get("arguments") if request.method == "tools/call" else None
+            index = await self.recorder.decided(
+                method=request.method, target=target_name, decision=allowed.decision, approval=allowed.approval,
+                request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
+                confirmed=allowed.confirmed)
+            exchange = Exchange(host=link.id, binding=binding, question_timeout=self._question_timeout)
+            self._exchanges[exchange.id] = exchange
+            forwarded = {k: v for k, v in params.items() if k not in ("requestState", "inputResponses")}
+            self._background.start_soon(self._run_exchange, exchange, request.method, forwarded, ctx, link, index)
+        step = await exchange.next_step()
+        if isinstance(step, Questions):
+            expires = trio.current_time() + self._question_timeout
+            result: dict[str, Any] = {
+                "resultType": "input_required",
+                "inputRequests": {key: _for_modern_host(q) for key, q in step.requests.items()},
+                "requestState": self._signer.mint(StateClaims(exchange.id, link.id, binding, expires)),
+            }
+            return encode_result(request.id, encode_json(result))
+        if not step.ok:
+            assert step.error is not None
+            return encode_error_object(step.error, request.id)
+        return encode_result(request.id, encode_json(
+            to_modern_result(step.result_dict(), request.method, description.server_info)))
+
+    async def _run_exchange(self, exchange: Exchange, method: str, params: dict[str, Any], ctx: Context,
+                            link: HostLink, index: int | None) -> None:
+        """The server's side of an exchange: the call, with questions routed to the exchange; a -32042 (URL
+        elicitation required, 2025-11-25) becomes URL-mode questions and a retry, never an error (PX09)."""
+        entry = _InFlight(link, _NO_SINK, ctx, exchange)
+        self._in_flight.add(entry)
+        result: Reply | WardenError = Reply.failure(INTERNAL_ERROR, "the call did not run")
+        try:
+            forwarded = strip_host_meta(params)
+            for _ in range(MAX_INPUT_ROUNDS):
+                result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
+                if result.ok or result.code != URL_ELICITATION_REQUIRED:
+                    break
+                data = result.error_data()
+                wanted = data.get("elicitations") if isinstance(data, dict) else None
+                if not isinstance(wanted, list) or not wanted:
+                    break
+                answers = [await self._ask(link, None, "elicitation/create",
+                                           question if isinstance(question, dict) else {}, ctx.capabilities,
+                                           asker=exchange.ask) for question in wanted]
+                if not all(answer.ok for answer in answers):
+                    break
+        except WardenError as exc:
+            result = exc
+        finally:
+            self._in_flight.discard(entry)
+        exchange.finish(result)
+        if isinstance(result, Reply):
+            await self.recorder.outcome(index, method=method, result=result.result, error=result.message or None)
+        else:
+            await self.recorder.outcome(index, method=method, result=None, error=result.message,
+                                        outcome=audit.Outcome.FAILED)
+        with trio.move_on_after(self._question_timeout):
+            await exchange.collected.wait()
+        self._exchanges.pop(exchange.id, None)
 
     def _result_type(self, raw: bytes) -> tuple[str, bool]:
         """The result's type (absent means complete, LC16; unknown is invalid, LC17) and whether it was stated."""
@@ -685,6 +794,9 @@ class Gateway:
         links = {entry.link: entry for entry in self._in_flight}
         if len(links) == 1:
             entry = next(iter(links.values()))
+            if entry.exchange is not None:
+                return await self._ask(entry.link, None, method, params, entry.ctx.capabilities,
+                                       asker=entry.exchange.ask)
             if entry.link.legacy is not None:
                 return await self._ask(entry.link, entry.sink, method, params, entry.link.legacy.capabilities)
         elif not links:
@@ -694,9 +806,10 @@ class Gateway:
                                        legacy[0].legacy.capabilities)
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
-    async def _ask(self, link: HostLink, sink: Sink, method: str, params: Mapping[str, Any],
-                   capabilities: Mapping[str, Any]) -> Reply:
-        """Ask a host a server's question if it declared the capability (PX01–PX04) and policy allows it."""
+    async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
+                   capabilities: Mapping[str, Any], *, asker: Asker | None = None) -> Reply:
+        """Ask a host a server's question if it declared the capability (PX01–PX04) and policy allows it: on the
+        wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
         refusal = check_question(method, params, capabilities)
         if refusal is not None:
             log.info("%s: %s refused: %s", self._name, method, refusal.reason)
@@ -716,7 +829,11 @@ class Gateway:
         body = dict(params)
         if method == "sampling/createMessage":
             body = scope_sampling(body) if decision.include_context in (None, "none") else body
-        answer = await link.ask(sink, method, body)
+        if asker is not None:
+            answer = await asker(method, body)
+        else:
+            assert sink is not None
+            answer = await link.ask(sink, method, body)
         if method == "roots/list" and answer.ok:
             answer = Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
         await self.recorder.outcome(index, method=method, result=answer.result, error=answer.message or None)

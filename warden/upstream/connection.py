@@ -125,6 +125,10 @@ class Reply:
         return error.get("data") if isinstance(error, dict) else None
 
     @classmethod
+    def from_result(cls, result: Mapping[str, Any]) -> Reply:
+        return cls(result=encode_json(dict(result)))
+
+    @classmethod
     def failure(cls, code: int, message: str, data: Any = None) -> Reply:
         return cls(error=error_object(code, message, data), code=code, message=message)
 
