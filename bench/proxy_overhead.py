@@ -224,15 +224,19 @@ async def http_downstream_rows(table: Table, console: Console, workdir: Path, ca
                     break
                 except OSError:
                     await trio.sleep(0.1)
-        warden = await trio.lowlevel.open_process(
-            [WARDEN, "--state-dir", str(state), "--config", str(config), "run", "--quiet-server",
-             "--http", "127.0.0.1:0", "--no-auth", "--",
-             str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_server.py")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        processes.append(warden)
-        warden_url = await _serving_url(warden)
+        wardens: list[str] = []
+        for extra in ((), ("--unsafe-no-audit",)):
+            warden = await trio.lowlevel.open_process(
+                [WARDEN, "--state-dir", str(state), "--config", str(config), "run", "--quiet-server",
+                 "--http", "127.0.0.1:0", "--no-auth", *extra, "--",
+                 str(BIN / "python"), str(ROOT / "bench" / "servers" / "py_echo_server.py")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            processes.append(warden)
+            wardens.append(await _serving_url(warden))
+        warden_url, unaudited_url = wardens
         direct: dict[str, float] | None = None
-        for label, url in (("direct (server's own HTTP)", direct_url), ("warden --http (HTTP -> stdio)", warden_url)):
+        for label, url in (("direct (server's own HTTP)", direct_url), ("warden --http (HTTP -> stdio)", warden_url),
+                           ("warden --http, audit off", unaudited_url)):
             console.print(f"[dim]measuring {name} / {label} …[/dim]")
             result = await measure([], "echo", {"text": "hi"}, calls, concurrency, direct_http=url)
             direct = direct or result
