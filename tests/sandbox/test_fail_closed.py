@@ -146,6 +146,7 @@ def test_missing_libseccomp_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     from warden.sandbox import _seccomp
 
     monkeypatch.setitem(sys.modules, "pyseccomp", None)  # import fails as if libseccomp2 were absent
+    monkeypatch.setattr(_seccomp, "_COMPILED", {})  # nothing memoized from earlier launches
     with pytest.raises(SandboxUnavailable, match="libseccomp cannot be loaded") as info:
         _seccomp.compile_filter(_seccomp.load_rules(ROOT / "sandbox" / "seccomp.toml"), network=False)
     assert info.value.hint == "install libseccomp: apt-get install libseccomp2"

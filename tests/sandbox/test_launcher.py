@@ -155,3 +155,22 @@ async def test_write_dir_no_sandbox_uid_can_write_is_refused_with_the_fix(state_
     child = await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", f"touch {private}/ok")))
     assert await child.wait() == 0
     assert (private / "ok").exists()
+
+
+def test_init_pidfd_is_only_taken_for_bwrap_s_own_child() -> None:
+    """The sandbox's init may be gone (setup failed, bwrap reaped it) before warden opens a pidfd, and its pid may
+    then belong to someone else: only a live child of bwrap is ever signalled."""
+    import subprocess
+
+    from warden.sandbox._bwrap import _open_init_pidfd
+
+    child = subprocess.Popen(["/usr/bin/sleep", "60"])
+    try:
+        fd = _open_init_pidfd(child.pid, os.getpid())
+        assert fd is not None
+        os.close(fd)
+        assert _open_init_pidfd(child.pid, os.getpid() + 1) is None  # not the expected parent's child
+    finally:
+        child.kill()
+        child.wait()
+    assert _open_init_pidfd(child.pid, os.getpid()) is None  # reaped: gone

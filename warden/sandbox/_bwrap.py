@@ -87,6 +87,24 @@ def _bwrap_failure_hint(message: str) -> str:
     return "run `warden doctor` to see which sandbox piece is missing"
 
 
+def _open_init_pidfd(pid: int, bwrap_pid: int) -> int | None:
+    """A pidfd for the sandbox's init, or None if it is already gone (a setup failure can end it, and bwrap reap
+    it, before warden gets here). The parent check rejects a recycled pid: only bwrap's own child is signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        parent = -1
+    if parent != bwrap_pid:
+        os.close(fd)
+        return None
+    return fd
+
+
 async def _await_ready(process: SpawnedProcess) -> tuple[bytes, bytes]:
     ready, preamble, rest = await wait_ready(process.stderr, START_TIMEOUT)
     if not ready:
@@ -107,7 +125,7 @@ class BwrapChild:
     """
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, sandbox_pid: int,
-                 sandbox_pidfd: int, status_fd: int, slot: UidSlot | None) -> None:
+                 sandbox_pidfd: int | None, status_fd: int, slot: UidSlot | None) -> None:
         self._process = process
         self._stderr = stderr
         self.sandbox_pid = sandbox_pid
@@ -325,11 +343,12 @@ class BwrapLauncher:
                 os.close(fd)
         try:
             sandbox_pid = await self._read_child_pid(process, status_r)
-            sandbox_pidfd = os.pidfd_open(sandbox_pid)
+            sandbox_pidfd = _open_init_pidfd(sandbox_pid, process.pid)
             try:
                 preamble, rest = await _await_ready(process)
             except BaseException:
-                os.close(sandbox_pidfd)
+                if sandbox_pidfd is not None:
+                    os.close(sandbox_pidfd)
                 raise
         except BaseException:
             process.send_signal(signal.SIGKILL)
