@@ -274,9 +274,13 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
         signer = StateSigner(await trio.to_thread.run_sync(load_state_key, plan.state_dir))
         gateway = Gateway(name=plan.name, guard=guard, recorder=recorder, signer=signer, background=background,
                           question_timeout=options.request_timeout)
+        background.start_soon(gateway.listen_upstream)
         upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
         gateway.bind(upstream)
-        yield gateway, upstream
+        try:
+            yield gateway, upstream
+        finally:
+            background.cancel_scope.cancel()  # warden's own listen and late audit outcomes; the log closes after
 
 
 async def serve(plan: ServerPlan, options: UpstreamOptions,

@@ -48,6 +48,7 @@ from warden.protocol.eras import (
     LOG_LEVELS,
     META_LOG_LEVEL,
     META_SERVER_INFO,
+    META_SUBSCRIPTION_ID,
     MODERN_VERSIONS,
     SERVER_NOTIFICATIONS,
     Era,
@@ -65,6 +66,7 @@ from warden.protocol.messages import (
     UNSUPPORTED_PROTOCOL_VERSION,
     Notification,
     Request,
+    decode_json,
     decode_object,
     encode_error,
     encode_error_object,
@@ -113,6 +115,25 @@ class _NullSink:
 
 
 _NO_SINK: Final = _NullSink()
+
+_LISTEN_KEYS: Final[Mapping[str, str]] = {"toolsListChanged": "tools", "promptsListChanged": "prompts",
+                                           "resourcesListChanged": "resources"}
+_LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
+    "notifications/tools/list_changed": "toolsListChanged",
+    "notifications/prompts/list_changed": "promptsListChanged",
+    "notifications/resources/list_changed": "resourcesListChanged",
+}
+
+
+@final
+@dataclass(slots=True, eq=False)
+class _Listener:
+    """A host's open ``subscriptions/listen``: where to send, its id (the subscription id), what it asked for."""
+
+    sink: Sink
+    id: Any
+    honored: dict[str, Any]
+
 
 URL_ELICITATION_REQUIRED: Final = -32042
 """2025-11-25 only: "the user must visit a URL first". Never relayed to a 2026 host (PX09)."""
@@ -283,6 +304,9 @@ class Gateway:
         self._background = background
         self._question_timeout = question_timeout
         self._exchanges: dict[str, Exchange] = {}
+        self._listeners: set[_Listener] = set()
+        self._stale: dict[str, trio.Event] = {}
+        self._wanted_upstream: dict[str, bool] = {}
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
@@ -361,8 +385,9 @@ class Gateway:
             return await self._list(request, ctx, params, link, sink)
         if method == "logging/setLevel":
             return await self._set_level(request, link, params, sink)
-        if method in ("resources/subscribe", "resources/unsubscribe", "subscriptions/listen") \
-                or method.startswith("tasks/"):
+        if method == "subscriptions/listen":
+            return await self._listen(request, params, link, sink)
+        if method in ("resources/subscribe", "resources/unsubscribe") or method.startswith("tasks/"):
             description = await self._connected()
             if description.era is not ctx.era or method.startswith("tasks/"):
                 return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
@@ -707,6 +732,9 @@ class Gateway:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
         """
         list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
+        for stale in [e for m, e in self._stale.items() if m in (list_method, "resources/list",
+                                                                    "resources/templates/list")]:
+            await stale.wait()  # a change announced by the server is re-read before anything is decided on it
         if method == "resources/read":
             for lm in ("resources/list", "resources/templates/list"):
                 if not self.guard.knows(lm) and self._offers(lm):
@@ -777,17 +805,121 @@ class Gateway:
     # -- the upstream's traffic (UpstreamHandler) ---------------------------------------------------------------
 
     async def on_notification(self, method: str, params: bytes | None) -> None:
-        changed = _LIST_CHANGED.get(method)
-        if changed is not None:
+        """Runs inside the server's reader, so it never waits for the server: a list change is re-read in the
+        background, and requests that depend on that list wait for the re-read (quarantine before use)."""
+        if method == "notifications/subscriptions/acknowledged":
+            self._check_acknowledgement(params)
+            return
+        changed = [m for m in _LIST_CHANGED.get(method, ()) if self.guard.knows(m)]
+        if changed:
+            done = trio.Event()
             for list_method in changed:
-                if self.guard.knows(list_method):
-                    await self._refresh(list_method)  # quarantine what changed before anyone can call it
+                self._stale[list_method] = done
+            self._background.start_soon(self._refresh_then_tell, changed, done, method, params)
+            return
+        await self._tell_hosts(method, params)
+
+    async def _refresh_then_tell(self, lists: list[str], done: trio.Event, method: str, params: bytes | None) -> None:
+        try:
+            for list_method in lists:
+                await self._refresh(list_method)
+        except WardenError as exc:
+            log.warning("%s: could not re-read the changed list: %s", self._name, exc.message)
+        finally:
+            for list_method in lists:
+                if self._stale.get(list_method) is done:
+                    del self._stale[list_method]
+            done.set()
+        await self._tell_hosts(method, params)
+
+    async def _tell_hosts(self, method: str, params: bytes | None) -> None:
         message = encode_notification(method, params)
         for link in list(self._links):
-            if link.unsolicited is None or method not in SERVER_NOTIFICATIONS[link.era]:
+            if link.unsolicited is None or link.legacy is None or method not in SERVER_NOTIFICATIONS[link.era]:
                 continue
             with contextlib.suppress(trio.ClosedResourceError):
                 await link.unsolicited.send(message)
+        await self._to_listeners(method, params)
+
+    # -- subscriptions/listen (2026 hosts, and warden's own listen on a 2026 server) ---------------------------
+
+    async def _listen(self, request: Request, params: dict[str, Any], link: HostLink, sink: Sink) -> bytes:
+        """Serve a host's ``subscriptions/listen`` whatever the server's era: acknowledge what warden can deliver
+        (MS28), then forward matching change notifications tagged with the listen's id (MS29) until the host
+        ends it (``notifications/cancelled`` or closing the stream; the request then gets no response)."""
+        wanted = params.get("notifications")
+        wanted = wanted if isinstance(wanted, dict) else {}
+        description = await self._connected()
+        capabilities = description.capabilities
+        honored: dict[str, Any] = {}
+        for key, feature in _LISTEN_KEYS.items():
+            offered = capabilities.get(feature)
+            if wanted.get(key) is True and isinstance(offered, dict) and offered.get("listChanged"):
+                honored[key] = True
+        uris = [u for u in wanted.get("resourceSubscriptions") or [] if isinstance(u, str)]
+        resources = capabilities.get("resources")
+        if uris and description.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe"):
+            subscribed = [uri for uri in uris if (await self.upstream.request("resources/subscribe", {"uri": uri})).ok]
+            if subscribed:
+                honored["resourceSubscriptions"] = subscribed
+        listener = _Listener(sink, decode_json(request.id), honored)
+        meta = {META_SUBSCRIPTION_ID: listener.id}
+        await sink.send(encode_notification("notifications/subscriptions/acknowledged",
+                                            encode_json({"notifications": honored, "_meta": meta})))
+        self._listeners.add(listener)
+        try:
+            await trio.sleep_forever()
+        finally:
+            self._listeners.discard(listener)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _to_listeners(self, method: str, params: bytes | None) -> None:
+        key = _LISTEN_NOTIFICATIONS.get(method)
+        if not self._listeners or (key is None and method != "notifications/resources/updated"):
+            return
+        body = decode_object(params) if params else {}
+        uri = body.get("uri")
+        for listener in list(self._listeners):
+            if key is not None and not listener.honored.get(key):
+                continue
+            if key is None and uri not in (listener.honored.get("resourceSubscriptions") or ()):
+                continue
+            tagged = dict(body)
+            tagged["_meta"] = {**(body.get("_meta") or {}), META_SUBSCRIPTION_ID: listener.id}
+            with contextlib.suppress(trio.ClosedResourceError):
+                await listener.sink.send(encode_notification(method, encode_json(tagged)))
+
+    async def listen_upstream(self) -> None:
+        """Keep a ``subscriptions/listen`` open on a 2026 server for the change notifications it offers, so a
+        changed list is quarantined at once and hosts hear of it (a 2026 server sends them nowhere else, MS27)."""
+        while True:
+            try:
+                description = await self._connected()
+            except WardenError:
+                return  # the server cannot run; its requests report why
+            if description.era is not Era.MODERN:
+                return
+            wanted = {key: True for key, feature in _LISTEN_KEYS.items()
+                      if isinstance(description.capabilities.get(feature), dict)
+                      and description.capabilities[feature].get("listChanged")}
+            if not wanted:
+                return
+            self._wanted_upstream = wanted
+            try:
+                await self.upstream.request("subscriptions/listen", {"notifications": wanted}, stream=True,
+                                            with_progress_token=False)
+            except UpstreamError as exc:
+                log.info("%s: the listen stream ended (%s); listening again", self._name, exc.message)
+            await trio.sleep(1.0)
+
+    def _check_acknowledgement(self, params: bytes | None) -> None:
+        """MS28: what the server acknowledged is what warden is subscribed to; anything else is not."""
+        acknowledged = decode_object(params).get("notifications") if params else None
+        acknowledged = acknowledged if isinstance(acknowledged, dict) else {}
+        missing = [k for k in self._wanted_upstream if acknowledged.get(k) is not True]
+        if missing:
+            log.warning("%s: the server did not acknowledge %s; those changes will not be heard",
+                        self._name, ", ".join(missing))
 
     async def on_server_request(self, method: str, params: dict[str, Any]) -> Reply:
         """A legacy server's question: to the one legacy host whose request is in flight, else the only one."""

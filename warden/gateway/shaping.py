@@ -76,8 +76,9 @@ def to_modern_result(result: dict[str, Any], method: str, server_info: Mapping[s
 def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, host_era: Era) -> dict[str, Any]:
     """The server capabilities warden shows its host: the upstream's, limited to what warden forwards.
 
-    Change signals do not cross eras yet (a modern server sends them only on ``subscriptions/listen``; a legacy
-    one only on its session), so ``listChanged`` and ``subscribe`` are withheld across eras rather than promised.
+    Change signals cross eras through warden (its own ``subscriptions/listen`` on a 2026 server, the legacy
+    session's notifications for a 2026 host's listen); per-resource subscriptions cross only from a legacy server
+    to a 2026 host, so ``resources.subscribe`` is withheld from a legacy host in front of a 2026 server.
     """
     out: dict[str, Any] = {}
     for key in SERVER_FEATURES:
@@ -85,8 +86,7 @@ def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, 
         if not isinstance(value, dict):
             continue
         value = dict(value)
-        if upstream_era is not host_era:
-            value.pop("listChanged", None)
+        if upstream_era is Era.MODERN and host_era is Era.LEGACY:
             value.pop("subscribe", None)
         out[key] = value
     return out

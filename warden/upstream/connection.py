@@ -356,8 +356,10 @@ class _Session:
     async def request(self, method: str, params: Mapping[str, Any] | None, *,
                       capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
                       timeout: float | None = None, on_progress: ProgressCallback | None = None,
-                      cancel_on_timeout: bool = True, with_progress_token: bool = True) -> Reply:
-        """Send a request and wait for its reply.
+                      cancel_on_timeout: bool = True, with_progress_token: bool = True,
+                      stream: bool = False) -> Reply:
+        """Send a request and wait for its reply. ``stream``: a ``subscriptions/listen``, which normally never
+        gets one, so it has no deadline (MS08).
 
         Raises:
             UpstreamTimeout: no reply before the deadline (after ``notifications/cancelled`` was sent, unless this
@@ -379,8 +381,9 @@ class _Session:
         if meta:
             body["_meta"] = meta
         now = trio.current_time()
-        hard_deadline = now + options.max_request_time
-        pending = _Pending(method, min(now + (timeout or options.request_timeout), hard_deadline), on_progress)
+        hard_deadline = math.inf if stream else now + options.max_request_time
+        pending = _Pending(method, math.inf if stream else min(now + (timeout or options.request_timeout),
+                                                                hard_deadline), on_progress)
         self._pending[id_raw] = pending
         if token is not None:
             self._progress[token] = pending
@@ -468,9 +471,14 @@ class _Session:
             return
         if note.method == "notifications/cancelled":
             params = self._params(note.params)
-            scope = self._server_requests.get(id_key(params.get("requestId")))
+            request_id = params.get("requestId")
+            scope = self._server_requests.get(id_key(request_id))
             if scope is not None:
                 scope.cancel()
+                return
+            if isinstance(request_id, int) and not isinstance(request_id, bool):
+                # MS30: a server may end one of warden's requests (a listen stream) this way.
+                self._resolve(b"%d" % request_id, Reply.failure(CONNECTION_CLOSED, "the server ended the request"))
                 return
         await self._upstream.handler.on_notification(note.method, note.params)
 
@@ -781,7 +789,3 @@ class Upstream:
         if self._change is not None:
             self._change.set()
             self._change = None
-
-
-def infinite_deadline() -> float:
-    return math.inf
