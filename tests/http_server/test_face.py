@@ -303,3 +303,34 @@ async def test_a_browser_page_of_warden_own_origin_and_allowed_origins(tmp_path:
         assert (await w.modern(2, "tools/list", origin="http://localhost:6275")).status_code == 403
 
 
+
+
+async def test_SEC07_SEC09_a_2026_host_answers_a_legacy_server_question_by_retrying(tmp_path: Path) -> None:
+    """MRTR over HTTP: the legacy server asks mid-call; the 2026 host gets ``input_required`` with warden's own
+    ``requestState``, retries (a new id) with the answer and gets the result. A tampered state is refused, and the
+    state is no credential: without the bearer token the retry is refused before anything is read."""
+    log = tmp_path / "upstream.log"
+    async with warden_http(recording(log), cwd=tmp_path) as w:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+        first = await w.modern(1, "tools/call", {"_meta": meta, "name": "ask", "arguments": {"message": "who?"}})
+        result = first.json()["result"]
+        assert result["resultType"] == "input_required"
+        (key, question), = result["inputRequests"].items()
+        assert question["method"] == "elicitation/create"
+        assert question["params"]["message"] == "who?"
+        state = result["requestState"]
+        retry = {"_meta": meta, "name": "ask", "arguments": {"message": "who?"},
+                 "inputResponses": {key: {"action": "accept", "content": {"answer": "Grace"}}}}
+        tampered = await w.modern(2, "tools/call", {**retry, "requestState": state[:-2] + ("A" if state[-2] != "A"
+                                                                                           else "B") + state[-1]})
+        assert "error" in tampered.json(), tampered.text
+        unauthenticated = await w.post({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                                        "params": {**retry, "requestState": state}},
+                                       {**w.headers(mcp_protocol_version=MODERN, mcp_method="tools/call",
+                                                    mcp_name="ask"), "authorization": "Bearer " + "x" * 43})
+        assert unauthenticated.status_code == 401
+        done = await w.modern(4, "tools/call", {**retry, "requestState": state})
+        assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}', done.text
+    calls = [m for m in received(log) if m.get("method") == "tools/call"]
+    assert len(calls) == 1  # one upstream call, held open across the host's two round trips
