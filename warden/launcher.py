@@ -4,8 +4,9 @@ The upstream code asks a launcher for a :class:`Child` and never cares how it wa
 bubblewrap and container launchers in behind this interface. A launcher also describes itself
 (:meth:`Launcher.manifest`), because *how* a server runs (its sandbox profile) is part of its identity for pinning.
 
-Children are started from the trio thread (``trio.lowlevel.open_process``), never from a helper thread:
-``PR_SET_PDEATHSIG`` is tied to the thread that forked.
+A launcher that relies on ``PR_SET_PDEATHSIG`` (bwrap's ``--die-with-parent``) must fork on the trio thread
+itself: the signal is tied to the thread that forked, and ``trio.lowlevel.open_process`` forks in a worker thread
+that exits when idle (E12). The sandbox launchers do; the unsandboxed launcher below has no death signal to lose.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class ProcessChild:
 
 async def open_child(argv: list[str], *, env: Mapping[str, str], cwd: str | None,
                      pass_fds: tuple[int, ...] = ()) -> trio.Process:
-    """Start ``argv`` with three pipes in a new session, from the trio thread.
+    """Start ``argv`` with three pipes in a new session (forked in one of trio's worker threads).
 
     Raises:
         LaunchError: the executable is missing or cannot be run.
