@@ -159,7 +159,7 @@ class Arguments(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, f
     @property
     def has_value(self) -> bool:
         """False when only the digest was kept."""
-        return bool(bytes(self.value))
+        return len(self.value) > 0
 
     @classmethod
     def capture(cls, value: Any, detail: Detail, *, secret_values: Collection[str] = (),

@@ -40,14 +40,15 @@ from warden.audit._canonical import CanonicalizationError, canonical_json
 from warden.audit._checkpoint import SignedCheckpoint, open_checkpoint
 from warden.audit._errors import ForkEvidence
 from warden.audit._format import FRAME_HEADER, FRAME_OVERHEAD, FRAME_RECORD, MAX_FRAME_PAYLOAD
-from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, Frontier, consistency_proof
+from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, consistency_proof, node_hash
 from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError
-from warden.audit._records import RECORD_VERSION, InvalidRecord, decode_record, encode_record
+from warden.audit._records import RECORD_VERSION, Detail, InvalidRecord, Record, decode_record, encode_record
 from warden.errors import VerificationError
 
 __all__ = ["CheckpointSource", "VerifiedLog", "verify_log"]
 
 _CRC: Final = struct.Struct(">I")
+_FAST_DECODER: Final = msgspec.json.Decoder(Record)
 _PROGRESS_EVERY: Final = 1 << 16
 
 
@@ -126,7 +127,6 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     # (2)-(4) records and tree
     view = memoryview(entries)
     total = len(view)
-    frontier = Frontier()
     stored = bytearray()
     hashes_view = memoryview(hashes) if hashes is not None else None
     header = FRAME_HEADER
@@ -156,7 +156,13 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
             next_cp += 1
 
     check_checkpoints_at(0, EMPTY_ROOT)
-    data = b""
+    # The hot loop (about 10 µs a record): no copies of the payload, one CRC call over type+length+payload
+    # (contiguous in the frame), a fast decode, and an inlined frontier that writes stored hashes as it goes.
+    levels: list[int] = []
+    nodes: list[bytes] = []
+    decode = _FAST_DECODER.decode
+    leaf_prefix = sha256(b"\x00")
+    data: memoryview | bytes = b""
     while offset < total:
         if total - offset < FRAME_OVERHEAD:
             raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
@@ -169,23 +175,39 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
         end = offset + FRAME_OVERHEAD + length
         if end > total:
             raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
-        payload = view[offset + 6 : end - 4]
-        if _CRC.unpack_from(view, end - 4)[0] != crc32(payload, crc32(view[offset + 1 : offset + 6])):
+        if _CRC.unpack_from(view, end - 4)[0] != crc32(view[offset + 1 : end - 4]):
             raise VerificationError(f"{_where(index, offset)} fails its CRC: its bytes were changed")
-        data = bytes(payload)
-        _check_record(data, index, offset, deep)
+        data = view[offset + 6 : end - 4]
+        try:
+            record = decode(data)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            raise VerificationError(f"{_where(index, offset)} is not a valid audit record: {exc}") from exc
+        args = record.arguments
+        if record.index != index or record.v != RECORD_VERSION or deep or (
+                args is not None and (args.detail is Detail.HASH) == args.has_value):
+            _check_record(bytes(data), index, offset, deep)  # the slow path finds and names the problem
         if index == 0:
-            first_time = _time_of(data)
-        for h in frontier.append(sha256(b"\x00" + data).digest()):
-            stored += h
+            first_time = _time_of(bytes(data))
+        h = leaf_prefix.copy()
+        h.update(data)
+        node = h.digest()
+        stored += node
+        level = 0
+        while levels and levels[-1] == level:
+            levels.pop()
+            node = sha256(b"\x01" + nodes.pop() + node).digest()
+            stored += node
+            level += 1
+        levels.append(level)
+        nodes.append(node)
         index += 1
         offset = end
         if next_cp < len(sizes) and sizes[next_cp] == index:
-            check_checkpoints_at(index, frontier.root())
+            check_checkpoints_at(index, _fold(nodes))
         if progress is not None and not index & (_PROGRESS_EVERY - 1):
             progress(index)
     if index:
-        last_time = _time_of(data)
+        last_time = _time_of(bytes(data))
     if next_cp < len(sizes):
         source, cp = by_size[sizes[next_cp]]
         raise VerificationError(
@@ -208,7 +230,17 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     if progress is not None:
         progress(index)
     latest = by_size[sizes[-1]][1] if sizes else None
-    return VerifiedLog(origin, index, frontier.root(), len(signed), latest, first_time, last_time)
+    return VerifiedLog(origin, index, _fold(nodes), len(signed), latest, first_time, last_time)
+
+
+def _fold(nodes: Sequence[bytes]) -> bytes:
+    """The root from the frontier's perfect-subtree roots (largest first)."""
+    if not nodes:
+        return EMPTY_ROOT
+    h = nodes[-1]
+    for left in reversed(nodes[:-1]):
+        h = node_hash(left, h)
+    return h
 
 
 def _reader(stored: bytearray) -> Callable[[Sequence[int]], list[bytes]]:
