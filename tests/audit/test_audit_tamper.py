@@ -267,3 +267,22 @@ def test_damaged_hash_cache(log: Path, capsys: pytest.CaptureFixture[str]) -> No
 def test_crc_is_the_frame_crc() -> None:
     frame = encode_frame(FRAME_RECORD, b"{}")
     assert int.from_bytes(frame[-4:], "big") == zlib.crc32(frame[1:-4])
+
+
+def test_signed_but_malformed_record_is_rejected(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Even records signed with the real key (a buggy or hostile writer) must be well-formed warden records."""
+    signer = parse_skey((log / "keys" / "audit-signing.key").read_text())
+    payloads = frames(log)
+    payloads[4] = payloads[4].replace(b'"detail":"hash",', b'"detail":"hash","value":1,', 1)
+    assert b'"value":1' in payloads[4]
+    rebuild(log, payloads)
+    frontier = Frontier()
+    for p in payloads:
+        frontier.append(leaf_hash(p))
+    note = sign_checkpoint(Checkpoint(signer.name, frontier.size, frontier.root()), signer).note
+    (log / AUDIT / "checkpoints.log").write_bytes(encode_frame(0x02, note))
+    (log / AUDIT / "checkpoint").write_bytes(note)
+    code, out = verify(capsys, log)
+    assert code == 7
+    assert "record 4 (byte" in out
+    assert "arguments at detail 'hash' must not carry a value" in out
