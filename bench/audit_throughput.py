@@ -8,7 +8,8 @@ Prints one markdown table:
   one ``fdatasync`` per batch, nothing else: what the disk allows for that batching;
 * several processes sharing one log (the ``warden run`` per server case);
 * ``warden audit verify`` speed on a 1,000,000-record log (fast and ``--deep``);
-* TODO: the added latency per tools/call with audit on vs off, which needs the gateway (the lead wires it).
+* TODO row: the added latency per tools/call with audit on vs off needs the gateway; bench/proxy_overhead.py
+  measures it (its 'warden (sandbox, pins, audit)' and 'warden, audit off' rows).
 
 Targets (issue 5): 64 writers >= 10x one writer and >= 50 % of the minimal loop; verify >= 100,000 records/s.
 Runs in a temporary directory next to the repository (the same disk as a real state dir) unless --dir is given.
@@ -206,7 +207,8 @@ def main() -> int:
         mp = processes(base / "mp", 4, 16, args.seconds)
         rows.append(("4 processes x 16 writers, one shared log", f"{mp:,.0f} appends/s", "flock per batch"))
         rows.append(("added latency per tools/call, audit on vs off",
-                     "TODO (lead)", "needs the gateway: bench/proxy_overhead.py with and without the log"))
+                     "TODO: not here", "needs the gateway; measured by bench/proxy_overhead.py (rows "
+                                       "'warden (sandbox, pins, audit)' vs 'warden, audit off')"))
         fast, per_cpu, deep, size = verify_speed(base / "verify", args.verify_records)
         rows.append((f"warden audit verify, {size:,}-record log", f"{fast:,.0f} records/s",
                      f"{per_cpu:,.0f} per CPU-second (one core, so load-independent); target >= 100,000/s"))
