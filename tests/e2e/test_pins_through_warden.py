@@ -206,3 +206,34 @@ async def test_PX01_host_without_elicitation_is_never_asked(control: Path) -> No
         assert await names(client) == []
         with pytest.raises(MCPError, match="warden pins review rug"):
             await call(client)
+
+
+@pytest.mark.parametrize("upstream", ["legacy", "modern"])
+async def test_in_band_consent_for_a_2026_host_rides_an_input_required_round(control: Path, upstream: str) -> None:
+    """A 2026 host cannot be sent a request, so warden asks through ``input_required`` with its own request state;
+    the host's retry carries the answer, which approves exactly what was shown."""
+    asked: list[t.ElicitRequestParams] = []
+
+    async def approve(context: Any, params: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(params)
+        return t.ElicitResult(action="accept", content={"approve": True})
+
+    if upstream == "legacy":
+        server = [PYTHON, str(FIXTURES / "rugpull_server.py"), str(control)]
+        tool, arguments, expected = "add", {"a": 1, "b": 2}, 'called add with {"a": 1, "b": 2}'
+    else:
+        server = [PYTHON, str(FIXTURES / "conformance_server.py")]
+        tool, arguments, expected = "test_simple_text", {}, None
+    argv = [WARDEN, "run", "--name", "rug", "--", *server]
+    env = {k: os.environ[k] for k in ISOLATION if k in os.environ}
+    async with Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env), mode="auto",
+                      elicitation_callback=approve) as client:
+        assert client.protocol_version == "2026-07-28"
+        assert await names(client) == []  # pending; a list is not a request warden can ask on
+        result = await client.call_tool(tool, arguments)
+    assert not result.is_error
+    if expected is not None:
+        assert result.content[0].text == expected  # type: ignore[union-attr]
+    assert len(asked) == 1
+    assert "warden" in asked[0].message
+    assert "approved" in pins("list", "rug").stdout

@@ -141,6 +141,13 @@ URL_ELICITATION_REQUIRED: Final = -32042
 Asker = Callable[[str, Mapping[str, Any]], Awaitable[Reply]]
 
 
+def _wire_asker(link: HostLink, sink: Sink) -> Asker:
+    """Ask ``link``'s host on the wire (``sink``): a legacy host takes questions as requests."""
+    async def ask(method: str, params: Mapping[str, Any]) -> Reply:
+        return await link.ask(sink, method, params)
+    return ask
+
+
 def _for_modern_host(question: Mapping[str, Any]) -> dict[str, Any]:
     """An input request as a 2026 host takes it: no ``elicitationId`` (PX10), no JSON-RPC envelope."""
     params = dict(question.get("params") or {})
@@ -399,7 +406,8 @@ class Gateway:
                        sink: Sink) -> bytes:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
         description = await self._connected()
-        if ctx.era is Era.MODERN and description.era is Era.LEGACY:
+        if ctx.era is Era.MODERN and (description.era is Era.LEGACY or await self._needs_human(request.method, params,
+                                                                                              ctx)):
             return await self._exchange(request, ctx, params, link, description)
         entry = _InFlight(link, sink, ctx)  # the server may ask this request's host something (PX01)
         self._in_flight.add(entry)
@@ -408,9 +416,18 @@ class Gateway:
         finally:
             self._in_flight.discard(entry)
 
+    async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context) -> bool:
+        """A 2026 host that can show a form, for a request the policy wants a human for: warden asks it through
+        an ``input_required`` round (an exchange), since it cannot put a question on the wire."""
+        if "form" not in elicitation_modes(ctx.capabilities):
+            return False
+        await self._know_lists(method)
+        return self._decide(method, params, channel=True).effect in (Effect.ASK, Effect.CONFIRM)
+
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
-        target, allowed = await self._check(request.method, params, link, sink, ctx)
+        asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
+        target, allowed = await self._check(request.method, params, asker)
         arguments = params.get("arguments") if request.method == "tools/call" else None
         index = await self.recorder.decided(
             method=request.method, target=target, decision=allowed.decision, approval=allowed.approval,
@@ -521,8 +538,9 @@ class Gateway:
 
     async def _exchange(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                         description: ServerDescription) -> bytes:
-        """A 2026 host in front of a legacy server: start the call in the background (or continue it, when the
-        host brings back warden's ``requestState``) and answer with its result or with the questions it raised."""
+        """A 2026 host that warden must ask something (consent for this request, or a legacy server's question):
+        run the request in the background (or continue it, when the host brings back warden's ``requestState``)
+        and answer with its result or with the questions it raised."""
         original = {k: v for k, v in params.items() if k not in ("_meta", "requestState", "inputResponses")}
         binding = binding_of(request.method, pin_digest(original))  # the retry must repeat the same request
         state = params.get("requestState")
@@ -535,16 +553,10 @@ class Gateway:
                                           jsonrpc_code=INVALID_PARAMS)
             exchange.deliver(params.get("inputResponses"))
         else:
-            target_name, allowed = await self._check(request.method, params, link, _NO_SINK, ctx)
-            arguments = params.get("arguments") if request.method == "tools/call" else None
-            index = await self.recorder.decided(
-                method=request.method, target=target_name, decision=allowed.decision, approval=allowed.approval,
-                request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
-                confirmed=allowed.confirmed)
             exchange = Exchange(host=link.id, binding=binding, question_timeout=self._question_timeout)
             self._exchanges[exchange.id] = exchange
             forwarded = {k: v for k, v in params.items() if k not in ("requestState", "inputResponses")}
-            self._background.start_soon(self._run_exchange, exchange, request.method, forwarded, ctx, link, index)
+            self._background.start_soon(self._run_exchange, exchange, request, forwarded, ctx, link)
         step = await exchange.next_step()
         if isinstance(step, Questions):
             expires = trio.current_time() + self._question_timeout
@@ -557,17 +569,31 @@ class Gateway:
         if not step.ok:
             assert step.error is not None
             return encode_error_object(step.error, request.id)
+        assert step.result is not None
+        if description.era is Era.MODERN:  # the server's own result, input_required included, passes through
+            return encode_result(request.id, step.result if self._result_type(step.result)[1]
+                                 else _state_complete(step.result))
         return encode_result(request.id, encode_json(
             to_modern_result(step.result_dict(), request.method, description.server_info)))
 
-    async def _run_exchange(self, exchange: Exchange, method: str, params: dict[str, Any], ctx: Context,
-                            link: HostLink, index: int | None) -> None:
-        """The server's side of an exchange: the call, with questions routed to the exchange; a -32042 (URL
-        elicitation required, 2025-11-25) becomes URL-mode questions and a retry, never an error (PX09)."""
+    async def _run_exchange(self, exchange: Exchange, request: Request, params: dict[str, Any], ctx: Context,
+                            link: HostLink) -> None:
+        """Warden's side of an exchange: the decision (asking consent through the exchange if the host can show
+        a form), the durable record, then the call with the server's questions routed to the exchange; a -32042
+        (URL elicitation required, 2025-11-25) becomes URL-mode questions and a retry, never an error (PX09)."""
+        method = request.method
         entry = _InFlight(link, _NO_SINK, ctx, exchange)
         self._in_flight.add(entry)
         result: Reply | WardenError = Reply.failure(INTERNAL_ERROR, "the call did not run")
+        index: int | None = None
         try:
+            asker = exchange.ask if "form" in elicitation_modes(ctx.capabilities) else None
+            target, allowed = await self._check(method, params, asker)
+            arguments = params.get("arguments") if method == "tools/call" else None
+            index = await self.recorder.decided(
+                method=method, target=target, decision=allowed.decision, approval=allowed.approval,
+                request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
+                confirmed=allowed.confirmed)
             forwarded = strip_host_meta(params)
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
@@ -722,26 +748,16 @@ class Gateway:
         return ctx.era is Era.LEGACY and link.legacy is not None and \
             "form" in elicitation_modes(link.legacy.capabilities)
 
-    async def _check(self, method: str, params: Mapping[str, Any], link: HostLink, sink: Sink,
-                     ctx: Context) -> tuple[str, _Allowed]:
-        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human when the policy says so.
-        Returns the target (tool, prompt or URI) and the allowing decision. A refusal is recorded before it is
-        raised.
+    async def _check(self, method: str, params: Mapping[str, Any], asker: Asker | None) -> tuple[str, _Allowed]:
+        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human (through ``asker``, when
+        there is a way to reach one) when the policy says so. Returns the target (tool, prompt or URI) and the
+        allowing decision. A refusal is recorded before it is raised.
 
         Raises:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
         """
-        list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
-        for stale in [e for m, e in self._stale.items() if m in (list_method, "resources/list",
-                                                                    "resources/templates/list")]:
-            await stale.wait()  # a change announced by the server is re-read before anything is decided on it
-        if method == "resources/read":
-            for lm in ("resources/list", "resources/templates/list"):
-                if not self.guard.knows(lm) and self._offers(lm):
-                    await self._refresh(lm)
-        elif list_method is not None and not self.guard.knows(list_method):
-            await self._refresh(list_method)
-        channel = self._can_ask_in_band(link, ctx)
+        await self._know_lists(method)
+        channel = asker is not None
         name = params.get("uri" if method == "resources/read" else "name")
         if not isinstance(name, str):
             raise RemoteProtocolError(f"{method} needs a string {'uri' if method == 'resources/read' else 'name'}",
@@ -751,28 +767,25 @@ class Gateway:
         confirmed: str | None = None
         kind: EntryKind = "tool" if method == "tools/call" else "prompt" if method == "prompts/get" else "resource"
         for _ in range(3):
-            if method == "tools/call":
-                decision = self.guard.decide_call(name, arguments, channel=channel, confirmed_digest=confirmed)
-            elif method == "prompts/get":
-                decision = self.guard.decide_prompt(name, channel=channel)
-            else:
-                decision = self.guard.decide_read(name, channel=channel)
+            decision = self._decide(method, params, channel=channel, confirmed=confirmed)
             if decision.effect is Effect.ALLOW:
                 return name, _Allowed(decision, self.guard.approval(kind, name), confirmed is not None)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
                 consent = self.guard.pending_consent(kind, name if kind != "resource" else None)
-                if consent is None:
+                if consent is None or asker is None:
                     break
-                answer = await link.ask(sink, "elicitation/create", consent.params)
+                answer = await asker("elicitation/create", consent.params)
                 approved = await self.guard.apply_consent(consent, answer.result_dict()) if answer.ok else []
                 await self.recorder.approved(approved)
                 if not approved:
                     break
             else:  # CONFIRM: bound to the digest of exactly these arguments
+                if asker is None:
+                    break
                 confirmation = self.guard.call_confirmation(name, arguments)
-                answer = await link.ask(sink, "elicitation/create", confirmation.params)
+                answer = await asker("elicitation/create", confirmation.params)
                 confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
                 if confirmed is None:
                     await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
@@ -783,6 +796,34 @@ class Gateway:
         await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
                                     arguments=arguments)
         raise self.guard.refuse(decision)
+
+    async def _know_lists(self, method: str) -> None:
+        """The lists a decision on ``method`` depends on are known and current (re-read if the server changed
+        them, read if never seen: a call before any list is decided on what warden would have listed)."""
+        list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
+        for stale in [e for m, e in self._stale.items() if m in (list_method, "resources/list",
+                                                                    "resources/templates/list")]:
+            await stale.wait()  # a change announced by the server is re-read before anything is decided on it
+        if method == "resources/read":
+            for lm in ("resources/list", "resources/templates/list"):
+                if not self.guard.knows(lm) and self._offers(lm):
+                    await self._refresh(lm)
+        elif list_method is not None and not self.guard.knows(list_method):
+            await self._refresh(list_method)
+
+    def _decide(self, method: str, params: Mapping[str, Any], *, channel: bool,
+                confirmed: str | None = None) -> Decision:
+        name = params.get("uri" if method == "resources/read" else "name")
+        if not isinstance(name, str):
+            raise RemoteProtocolError(f"{method} needs a string {'uri' if method == 'resources/read' else 'name'}",
+                                      jsonrpc_code=INVALID_PARAMS)
+        if method == "tools/call":
+            arguments = params.get("arguments")
+            return self.guard.decide_call(name, arguments if isinstance(arguments, dict) else None, channel=channel,
+                                          confirmed_digest=confirmed)
+        if method == "prompts/get":
+            return self.guard.decide_prompt(name, channel=channel)
+        return self.guard.decide_read(name, channel=channel)
 
     def _offers(self, method: str) -> bool:
         description = self.upstream.description

@@ -173,6 +173,9 @@ class _Request:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.headers: list[tuple[bytes, bytes]] = [(bytes(k).lower(), bytes(v)) for k, v in scope["headers"]]
+        length = self.single(b"content-length")
+        self.unread_body = bool(self.all(b"transfer-encoding")) or (length is not None and length != b"0")
+        """A body was announced and not read to its end: the connection cannot carry another request."""
 
     def all(self, name: bytes) -> list[bytes]:
         return [value for key, value in self.headers if key == name]
@@ -300,11 +303,19 @@ class HttpFace:
                 await send({"type": "websocket.close", "code": 1008})
             return
         request = _Request(scope)
-        refusal = self._admit(request)
+        preflight = request.method == "OPTIONS" and bool(request.all(b"origin"))
+        refusal = self._admit(request, authenticate=not preflight)
         if refusal is not None:
             status, code, message, headers = refusal
-            await self._refuse(send, status, code, message, headers=headers)
+            await self._refuse(_closing_unless_read(send, request), status, code, message, headers=headers)
             return
+        send = _closing_unless_read(send, request)
+        origin = request.single(b"origin")
+        if origin is not None:
+            send = _with_cors(send, origin)
+            if preflight:
+                await self._send_empty(send, 204, _preflight_headers(request))
+                return
         if request.path != self._options.path:
             await self._refuse(send, 404, INVALID_REQUEST, f"no MCP endpoint at this path; it is {self._options.path}")
             return
@@ -317,7 +328,7 @@ class HttpFace:
                 await self._delete(request, send)
             else:
                 await self._refuse(send, 405, INVALID_REQUEST, f"method {request.method} is not served here",
-                                   headers=[(b"allow", b"GET, POST, DELETE")])
+                                   headers=[(b"allow", b"GET, POST, DELETE")])  # OPTIONS without an Origin too
         except _Disconnected:
             log.debug("client went away before its request was read")
 
@@ -330,9 +341,12 @@ class HttpFace:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _admit(self, request: _Request) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
+    def _admit(self, request: _Request, *, authenticate: bool
+               ) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
         """SEC01/SEC02/SEC04: Host and Origin name this warden (else 403), and the bearer token is right (else 401).
-        Checked before anything is read from the body, so a refused request never reaches the gateway."""
+        Checked before anything is read from the body, so a refused request never reaches the gateway. A CORS
+        preflight carries no credentials (browsers never send them on one) and does nothing, so it skips the token
+        check, never the Host and Origin checks."""
         hosts = request.all(b"host") or request.all(b":authority")
         if len(hosts) != 1 or not self._access.host_allowed(hosts[0]):
             log.warning("refused an HTTP request for Host %s: not this warden (DNS rebinding?)",
@@ -344,7 +358,7 @@ class HttpFace:
                         _shown(origins[0] if origins else None))
             return 403, INVALID_REQUEST, "Forbidden: requests from this Origin are not allowed", []
         token = self._options.token
-        if token is not None and not bearer_matches(request.all(b"authorization"), token):
+        if authenticate and token is not None and not bearer_matches(request.all(b"authorization"), token):
             log.warning("refused an HTTP request without the right bearer token")  # never log what was sent
             return (401, INVALID_REQUEST, "Unauthorized: send the bearer token warden printed the location of",
                     [(b"www-authenticate", b'Bearer realm="warden"')])
@@ -390,6 +404,7 @@ class HttpFace:
                 return None
             chunks.append(chunk)
             if not message.get("more_body", False):
+                request.unread_body = False
                 return b"".join(chunks)
 
     # -- POST ---------------------------------------------------------------------------------------------------
@@ -780,6 +795,46 @@ class HttpFace:
         self._end(hashlib.sha256(session.id.encode("ascii")).digest(), session)
         log.info("%s ended by the client", session.link.name)
         await self._send_empty(send, 200)
+
+
+_CORS_HEADERS: Final = frozenset({b"authorization", b"content-type", b"accept", b"last-event-id",
+                                   b"mcp-protocol-version", b"mcp-method", b"mcp-name", b"mcp-session-id"})
+
+
+def _preflight_headers(request: _Request) -> list[tuple[bytes, bytes]]:
+    """The answer to a CORS preflight from an allowed origin: the methods, and those requested headers an MCP host
+    sends (``Mcp-Param-*`` included)."""
+    asked = b",".join(request.all(b"access-control-request-headers")).lower().split(b",")
+    allowed = [h.strip() for h in asked if h.strip() in _CORS_HEADERS or h.strip().startswith(b"mcp-param-")]
+    return [(b"access-control-allow-methods", b"GET, POST, DELETE"),
+            (b"access-control-allow-headers", b", ".join(allowed)), (b"access-control-max-age", b"600")]
+
+
+def _closing_unless_read(send: _Send, request: _Request) -> _Send:
+    """``send`` that marks the response ``Connection: close`` when it starts before the request's body was read to
+    its end (a refusal, a 413): the unread rest makes the connection unusable, and a client that is told so opens
+    a new one instead of failing on this one."""
+
+    async def closing_send(message: _Message) -> None:
+        if message["type"] == "http.response.start" and request.unread_body:
+            message = dict(message)
+            message["headers"] = [*message.get("headers", ()), (b"connection", b"close")]
+        await send(message)
+
+    return closing_send
+
+
+def _with_cors(send: _Send, origin: bytes) -> _Send:
+    """``send`` that lets the (already allowed) origin read the response, and the session id in it."""
+
+    async def cors_send(message: _Message) -> None:
+        if message["type"] == "http.response.start":
+            message = dict(message)
+            message["headers"] = [*message.get("headers", ()), (b"access-control-allow-origin", origin),
+                                  (b"vary", b"Origin"), (b"access-control-expose-headers", b"mcp-session-id")]
+        await send(message)
+
+    return cors_send
 
 
 def _listening_socket(host: str, port: int) -> socket.socket:
