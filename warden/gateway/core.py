@@ -30,7 +30,6 @@ from warden import audit
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
 from warden.gateway.mrtr import Exchange, Questions
-from warden.gateway.questions import check_question, elicitation_modes, scope_sampling
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
     present_capabilities,
@@ -39,7 +38,7 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
-from warden.policy import Decision, Effect, EntryKind, PinEntry
+from warden.policy import Decision, Effect, EntryKind, HostCapabilities, PinEntry
 from warden.policy.pins import digest as pin_digest
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
@@ -419,7 +418,7 @@ class Gateway:
     async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context) -> bool:
         """A 2026 host that can show a form, for a request the policy wants a human for: warden asks it through
         an ``input_required`` round (an exchange), since it cannot put a question on the wire."""
-        if "form" not in elicitation_modes(ctx.capabilities):
+        if not HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form:
             return False
         await self._know_lists(method)
         return self._decide(method, params, channel=True).effect in (Effect.ASK, Effect.CONFIRM)
@@ -587,7 +586,8 @@ class Gateway:
         result: Reply | WardenError = Reply.failure(INTERNAL_ERROR, "the call did not run")
         index: int | None = None
         try:
-            asker = exchange.ask if "form" in elicitation_modes(ctx.capabilities) else None
+            asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
+                else None
             target, allowed = await self._check(method, params, asker)
             arguments = params.get("arguments") if method == "tools/call" else None
             index = await self.recorder.decided(
@@ -746,7 +746,7 @@ class Gateway:
         """A human can be asked on this request: a legacy host that declared form elicitation. (A 2026 host could
         be asked through an ``input_required`` round; until warden mints its own request state, it is not.)"""
         return ctx.era is Era.LEGACY and link.legacy is not None and \
-            "form" in elicitation_modes(link.legacy.capabilities)
+            HostCapabilities.from_client_capabilities(link.legacy.capabilities).elicitation_form
 
     async def _check(self, method: str, params: Mapping[str, Any], asker: Asker | None) -> tuple[str, _Allowed]:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human (through ``asker``, when
@@ -983,25 +983,23 @@ class Gateway:
                    capabilities: Mapping[str, Any], *, asker: Asker | None = None) -> Reply:
         """Ask a host a server's question if it declared the capability (PX01–PX04) and policy allows it: on the
         wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
-        refusal = check_question(method, params, capabilities)
-        if refusal is not None:
-            log.info("%s: %s refused: %s", self._name, method, refusal.reason)
-            return Reply.failure(refusal.code, refusal.reason)
         decision = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
-            log.warning("%s: %s refused by policy: %s", self._name, method, decision.reason)
+            log.warning("%s: %s refused: %s", self._name, method, decision.reason)
             await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
                                         request=None)
-            return Reply.failure(INVALID_PARAMS if method == "elicitation/create" else METHOD_NOT_FOUND,
-                                 f"refused by policy: {decision.reason}")
+            # EL08 asks for -32602 for an undeclared elicitation mode; tools without sampling.tools is likewise a
+            # bad request (SA07); a question the host cannot take at all is "method not found" to it.
+            bad_params = method == "elicitation/create" or "tools" in params or "toolChoice" in params
+            return Reply.failure(INVALID_PARAMS if bad_params else METHOD_NOT_FOUND, f"refused: {decision.reason}")
         try:
             index = await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
                                                 request=encode_json(dict(params)))
         except AuditError as exc:
             return Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: {exc}")
         body = dict(params)
-        if method == "sampling/createMessage":
-            body = scope_sampling(body) if decision.include_context in (None, "none") else body
+        if method == "sampling/createMessage" and "includeContext" in body:
+            body["includeContext"] = decision.include_context or "none"  # PX04, PX06
         if asker is not None:
             answer = await asker(method, body)
         else:
