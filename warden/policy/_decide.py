@@ -22,7 +22,7 @@ from warden.policy._glob import glob_match
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins._canonical import arguments_digest
 from warden.policy.pins._types import EntryKind, PinState
-from warden.protocol.roots import RootError, normalize_file_uri, within
+from warden.protocol.roots import RootError, normalize_file_uri, normalize_segments, within
 from warden.sandbox.settings import SandboxSettings
 
 
@@ -326,17 +326,7 @@ def normalize_path(value: str) -> str:
     """Lexically normalize an absolute POSIX path (``.``/``..``/``//``); relative paths are refused."""
     if not value.startswith("/") or "\x00" in value:
         raise RootError("relative paths are refused (the server's working directory is not the host's)")
-    parts: list[str] = []
-    for seg in value.split("/"):
-        if seg in ("", "."):
-            continue
-        if seg == "..":
-            if not parts:
-                raise RootError("'..' climbs above /")
-            parts.pop()
-        else:
-            parts.append(seg)
-    return "/" + "/".join(parts)
+    return normalize_segments(value)
 
 
 def _decide_named(server: ServerPolicy, kind: EntryKind, name: str, layers: tuple[LayerRules, ...], pin: PinState,

@@ -20,7 +20,7 @@ from typing import Final
 
 from warden.errors import RemoteProtocolError
 
-__all__ = ["RootError", "normalize_file_uri", "path_to_file_uri", "within"]
+__all__ = ["RootError", "normalize_file_uri", "normalize_segments", "path_to_file_uri", "within"]
 
 MAX_URI_LENGTH: Final = 4096
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
@@ -64,7 +64,8 @@ def _decode(path: str) -> str:
     return decoded
 
 
-def _normalize(path: str) -> str:
+def normalize_segments(path: str) -> str:
+    """Resolve ``.``, ``..`` and repeated slashes lexically (no file system); ``..`` above ``/`` is refused."""
     parts: list[str] = []
     for seg in path.split("/"):
         if seg in ("", "."):
@@ -101,7 +102,7 @@ def normalize_file_uri(uri: str) -> str:
         raise RootError("root URI has a query or fragment")
     if "\\" in rest:
         raise RootError("root URI contains a backslash")
-    return _normalize(_decode(rest))
+    return normalize_segments(_decode(rest))
 
 
 def within(path: str, base: str) -> bool:
