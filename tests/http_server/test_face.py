@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 import trio
 
 from tests.http_server.warden_http import MODERN, sse_ids, sse_messages, warden_http
@@ -238,13 +237,9 @@ async def test_legacy_cancellation_and_get_stream(tmp_path: Path) -> None:
                             "params": {"level": "info", "data": "unsolicited"}}
 
 
-@pytest.mark.xfail(strict=True, reason="core: Gateway.on_notification awaits a list refresh inside the upstream "
-                                       "read loop (deadlock until the request timeout)")
 async def test_list_changed_reaches_the_get_stream(tmp_path: Path) -> None:
     """A server's ``notifications/tools/list_changed`` reaches the session's GET stream while the call that
-    caused it completes. Fails today: the gateway refreshes the list from inside the upstream's read loop
-    (``Gateway.on_notification`` awaits ``_refresh``), so the refresh waits for a response the blocked loop cannot
-    read, until the request timeout; the call times out too. Core fix needed (run the refresh in its own task)."""
+    caused it completes (the gateway's refresh of the list must not block the upstream's read loop)."""
     log = tmp_path / "upstream.log"
     async with warden_http(recording(log), "--request-timeout", "3", cwd=tmp_path) as w:
         session = await w.initialize()
@@ -296,11 +291,28 @@ async def test_invariant8_tools_with_invalid_x_mcp_header_are_left_out_over_http
 
 
 async def test_a_browser_page_of_warden_own_origin_and_allowed_origins(tmp_path: Path) -> None:
+    """An allowed origin passes CORS (preflight without credentials, then the real request with them, its session
+    id readable); any other origin is refused, preflight included."""
     log = tmp_path / "upstream.log"
     async with warden_http(recording(log, "modern"), "--allow-origin", "http://localhost:6274", cwd=tmp_path) as w:
+        preflight = await w.client.options(w.url, headers={
+            "origin": "http://localhost:6274", "access-control-request-method": "POST",
+            "access-control-request-headers": "content-type,authorization,mcp-protocol-version,mcp-param-region,"
+                                              "x-evil"})
+        assert preflight.status_code == 204
+        assert preflight.headers["access-control-allow-origin"] == "http://localhost:6274"
+        allowed = preflight.headers["access-control-allow-headers"].split(", ")
+        assert allowed == ["content-type", "authorization", "mcp-protocol-version", "mcp-param-region"]
         ok = await w.modern(1, "tools/list", origin="http://localhost:6274")
         assert ok.status_code == 200
+        assert ok.headers["access-control-allow-origin"] == "http://localhost:6274"
+        assert ok.headers["access-control-expose-headers"] == "mcp-session-id"
         assert (await w.modern(2, "tools/list", origin="http://localhost:6275")).status_code == 403
+        refused = await w.client.options(w.url, headers={"origin": "http://evil.example",
+                                                          "access-control-request-method": "POST"})
+        assert refused.status_code == 403
+        assert "access-control-allow-origin" not in refused.headers
+        assert (await w.client.options(w.url)).status_code == 401  # no Origin: not a preflight, so the token
 
 
 

@@ -157,6 +157,7 @@ async def test_oversized_bodies_are_refused_with_413(tmp_path: Path) -> None:
         response = await w.post(big, call_headers(w))
         assert response.status_code == 413
         assert "Payload Too Large" in error_of(response)["message"]
+        assert response.headers["connection"] == "close"  # the unread rest makes the connection unusable
 
         async def chunks() -> Any:  # no Content-Length: the cap holds while reading
             for _ in range(80):
