@@ -346,3 +346,25 @@ async def test_SEC07_SEC09_a_2026_host_answers_a_legacy_server_question_by_retry
         assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}', done.text
     calls = [m for m in received(log) if m.get("method") == "tools/call"]
     assert len(calls) == 1  # one upstream call, held open across the host's two round trips
+
+
+async def test_a_listen_stream_is_acknowledged_then_tagged(tmp_path: Path) -> None:
+    """``subscriptions/listen`` answers with an event stream at once: the acknowledgement first, then the change
+    notifications the host opted into, each tagged with the listen's id; closing the stream ends it."""
+    async with warden_http(FIXTURE, "--keepalive", "0.5", cwd=tmp_path) as w:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+                "params": {"_meta": meta, "notifications": {"toolsListChanged": True}}}
+        headers = w.headers(mcp_protocol_version=MODERN, mcp_method="subscriptions/listen")
+        async with w.client.stream("POST", w.url, headers=headers, content=json.dumps(body)) as response:
+            assert response.headers["content-type"] == "text/event-stream"
+            events = EventReader(response)
+            ack = await events.message()
+            assert ack["method"] == "notifications/subscriptions/acknowledged"
+            assert ack["params"]["notifications"] == {"toolsListChanged": True}
+            assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
+            trigger = await w.modern(1, "tools/call", {"name": "test_trigger_tool_change", "arguments": {}})
+            assert trigger.status_code == 200
+            changed = await events.message()
+            assert changed["method"] == "notifications/tools/list_changed"
+            assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"
