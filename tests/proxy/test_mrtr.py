@@ -9,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import mcp.types as t
-import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.support import FIXTURES, PYTHON, RAWSERVER, RawHost, through_warden
+from tests.support import RAWSERVER, RawHost, through_warden
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
@@ -91,17 +90,20 @@ async def test_PX13_abandoned_exchange_answers_the_server(tmp_path: Path) -> Non
     assert replies[0]["error"]["code"] == -32001
 
 
-@pytest.mark.parametrize("tool", ["test_input_required_result_elicitation"])
-async def test_PX08_2026_server_input_requests_are_asked_on_the_wire_to_a_legacy_host(tool: str) -> None:
+async def test_PX08_MS39_2026_server_input_requests_are_asked_on_the_wire_to_a_legacy_host() -> None:
+    """A modern-only server's input_required reaches a legacy host as a wire question; warden retries upstream
+    with the answer and the server's own requestState byte for byte (MS39), under a new id (MS38)."""
     asked: list[t.ElicitRequestParams] = []
 
     async def answer(context: Any, request: t.ElicitRequestParams) -> t.ElicitResult:
         asked.append(request)
-        return t.ElicitResult(action="accept", content={"username": "ada", "name": "ada"})
+        return t.ElicitResult(action="accept", content={"name": "ada"})
 
-    server = [PYTHON, str(FIXTURES / "conformance_server.py")]
+    server = [*RAWSERVER, "--era", "modern"]
     async with Client(params(through_warden(server)), mode="legacy", elicitation_callback=answer) as client:
         assert client.protocol_version == "2025-11-25"
-        result = await client.call_tool(tool, {})
-    assert asked
-    assert not result.is_error
+        result = await client.call_tool("mrtr_ask", {})
+    assert [a.message for a in asked] == ["who are you?"]
+    echoed = json.loads(result.content[0].text)  # type: ignore[union-attr]
+    assert echoed == {"inputResponses": {"who": {"action": "accept", "content": {"name": "ada"}}},
+                      "requestState": "server-state-\u00e9 1"}

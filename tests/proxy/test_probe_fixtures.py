@@ -41,16 +41,39 @@ async def test_ER03_ER06_ER07_ER08_probe_reaches_the_right_era(case: str, tmp_pa
     assert first_discover["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
     assert first_discover["io.modelcontextprotocol/clientCapabilities"] == {}
     call = next(m for m in messages if m.get("method") == "tools/call")
-    if era == "legacy":
+    if era == "legacy" or case == "dual era":
+        # A legacy server; or a dual-era one, which gives this legacy host a legacy session of its own.
         assert "initialize" in methods  # LC01
         assert methods.index("initialize") < methods.index("notifications/initialized") < methods.index("tools/call")
         assert "io.modelcontextprotocol/protocolVersion" not in call["params"].get("_meta", {})  # type: ignore[union-attr]
     else:
-        assert "initialize" not in methods  # LC19: nothing legacy is sent to a modern server
+        # A modern-only server refuses the one legacy session warden offers for this legacy host; warden then
+        # translates, speaking 2026-07-28 to the server on every request.
+        assert methods.count("initialize") == 1
+        assert "notifications/initialized" not in methods
         meta = call["params"]["_meta"]  # type: ignore[index]
         assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"  # LC12
         assert "io.modelcontextprotocol/clientCapabilities" in meta  # LC13
         assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "warden"  # LC15
+
+
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "raw-modern-host", "version": "1"}}
+
+
+@pytest.mark.parametrize("case", ["modern only", "dual era"])
+async def test_LC19_nothing_legacy_reaches_a_modern_server_for_a_2026_host(case: str, tmp_path: Path) -> None:
+    flags, _ = CASES[case]
+    log = tmp_path / "received.jsonl"
+    host = await RawHost.start(through_warden([*RAWSERVER, *flags, "--log", str(log)]))
+    await host.request(1, "tools/call", {"_meta": MODERN_META, "name": "echo", "arguments": {"text": "hi"}})
+    assert (await host.response(1))["result"]["content"] == [{"type": "text", "text": "hi"}]  # type: ignore[index]
+    await host.close()
+    methods = [m.get("method") for m in received(log)]
+    assert "initialize" not in methods
+    assert "notifications/initialized" not in methods
+    assert "ping" not in methods
 
 
 async def test_ER08_a_server_that_exits_on_the_probe_is_restarted_for_initialize(tmp_path: Path) -> None:

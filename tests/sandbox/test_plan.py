@@ -43,6 +43,16 @@ def test_default_plan_is_an_allow_list(state_dir: Path) -> None:
     assert result.chdir == "/home/mcp"
 
 
+def test_a_working_directory_the_sandbox_cannot_see_falls_back_to_its_home(state_dir: Path, host_dir: Path) -> None:
+    """warden started from a directory the sandbox does not bind (under its private /tmp, or nowhere) must not make
+    bwrap fail on --chdir: the server starts in its own home instead; a bound directory is kept."""
+    assert plan(SandboxSettings(), state_dir=state_dir, cwd="/tmp/some-host-dir").chdir == "/home/mcp"
+    assert plan(SandboxSettings(), state_dir=state_dir, cwd="/root").chdir == "/home/mcp"
+    assert plan(SandboxSettings(), state_dir=state_dir, cwd="/tmp").chdir == "/tmp"
+    assert plan(SandboxSettings(read_dirs=(str(host_dir),)), state_dir=state_dir,
+                cwd=str(host_dir)).chdir == str(host_dir)
+
+
 def test_parents_come_before_children_and_every_parent_is_traversable(state_dir: Path, host_dir: Path) -> None:
     deep = host_dir / "a" / "b"
     deep.mkdir(parents=True)

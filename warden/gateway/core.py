@@ -17,6 +17,7 @@ a host carry ids of the form ``"warden-N"``. A response to an id warden did not 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Mapping
@@ -198,6 +199,9 @@ class Context:
     capabilities: Mapping[str, Any]
     log_level: str | None
     progress_token: Any = None
+    upstream: Era = Era.MODERN
+    """The era of the server session this request travels on (a legacy host may get a dual-era server's legacy
+    session; then nothing needs translating)."""
 
 
 @final
@@ -383,6 +387,7 @@ class Gateway:
                                 "clientCapabilities) on every request")
         if method not in CLIENT_REQUESTS[ctx.era]:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {method}")
+        ctx = dataclasses.replace(ctx, upstream=await self._lane(ctx, link))
         if method == "ping":
             return encode_result(request.id, b"{}")
         if method == "server/discover":
@@ -393,20 +398,26 @@ class Gateway:
             return await self._set_level(request, link, params, sink)
         if method == "subscriptions/listen":
             return await self._listen(request, params, link, sink)
-        if method in ("resources/subscribe", "resources/unsubscribe") or method.startswith("tasks/"):
-            description = await self._connected()
-            if description.era is not ctx.era or method.startswith("tasks/"):
+        if method.startswith("tasks/") or (method in ("resources/subscribe", "resources/unsubscribe")
+                                           and ctx.upstream is not ctx.era):
                 return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
         if method in MRTR_REQUESTS:
-            return await self._audited(request, ctx, params, link, sink)
+            try:
+                return await self._audited(request, ctx, params, link, sink)
+            except PolicyError as exc:
+                if method != "resources/read":
+                    raise
+                # To the host an unreadable resource is a resource not found: -32602 with its uri (SEP-2164).
+                return encode_error(request.id, INVALID_PARAMS, f"{exc.message}. To allow it: {exc.hint}",
+                                    {"uri": params.get("uri"), "hint": exc.hint})
         return (await self._forward(request, ctx, params, sink))[0]
 
     async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                        sink: Sink) -> bytes:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
         description = await self._connected()
-        if ctx.era is Era.MODERN and (description.era is Era.LEGACY or await self._needs_human(request.method, params,
-                                                                                              ctx)):
+        if ctx.era is Era.MODERN and (ctx.upstream is Era.LEGACY or await self._needs_human(request.method, params,
+                                                                                           ctx)):
             return await self._exchange(request, ctx, params, link, description)
         entry = _InFlight(link, sink, ctx)  # the server may ask this request's host something (PX01)
         self._in_flight.add(entry)
@@ -414,6 +425,15 @@ class Gateway:
             return await self._decided_and_forwarded(request, ctx, params, link, sink)
         finally:
             self._in_flight.discard(entry)
+
+    async def _lane(self, ctx: Context, link: HostLink) -> Era:
+        """The server session a request travels on: the server's own era, except that a legacy host in front of a
+        dual-era server gets that server's legacy session (opened on first need)."""
+        description = await self._connected()
+        if ctx.era is Era.LEGACY and description.era is Era.MODERN and link.legacy is not None and \
+                await self.upstream.legacy_lane(routable_client_capabilities(link.legacy.capabilities)):
+            return Era.LEGACY
+        return description.era
 
     async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context) -> bool:
         """A 2026 host that can show a form, for a request the policy wants a human for: warden asks it through
@@ -450,10 +470,10 @@ class Gateway:
         assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
         self.upstream.set_legacy_capabilities(routable_client_capabilities(link.legacy.capabilities))
         description = await self._connected()
+        lane = await self._lane(Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, None), link)
         result: dict[str, Any] = {
             "protocolVersion": link.legacy.version,
-            "capabilities": present_capabilities(description.capabilities, upstream_era=description.era,
-                                                 host_era=Era.LEGACY),
+            "capabilities": present_capabilities(description.capabilities, upstream_era=lane, host_era=Era.LEGACY),
             "serverInfo": dict(description.server_info),
         }
         instructions = self.guard.approved_instructions(description.instructions)
@@ -482,10 +502,10 @@ class Gateway:
         level = params.get("level")
         if level not in LOG_LEVELS:
             return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
-        description = await self._connected()
-        if description.era is Era.LEGACY:
-            return (await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None), params,
-                                        sink))[0]
+        lane = await self._lane(Context(Era.LEGACY, link.legacy.version, {}, None), link)
+        if lane is Era.LEGACY:
+            return (await self._forward(request, Context(Era.LEGACY, link.legacy.version, {}, None, upstream=lane),
+                                        params, sink))[0]
         link.legacy.log_level = str(level)  # modern servers take the level per request (MS19)
         return encode_result(request.id, b"{}")
 
@@ -502,7 +522,7 @@ class Gateway:
 
         return await self.upstream.request(
             method, params, capabilities=routable_client_capabilities(ctx.capabilities), log_level=ctx.log_level,
-            on_progress=progress)
+            on_progress=progress, lane=ctx.upstream)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
                        sink: Sink) -> tuple[bytes, Reply]:
@@ -516,9 +536,9 @@ class Gateway:
                 assert reply.error is not None
                 return encode_error_object(reply.error, request.id), reply
             assert reply.result is not None
-            if description.era is ctx.era and ctx.era is Era.LEGACY:
+            if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
                 return encode_result(request.id, reply.result), reply
-            if description.era is Era.MODERN:
+            if ctx.upstream is Era.MODERN:
                 kind, stated = self._result_type(reply.result)
                 if ctx.era is Era.MODERN:
                     result = reply.result if stated else _state_complete(reply.result)
@@ -569,7 +589,7 @@ class Gateway:
             assert step.error is not None
             return encode_error_object(step.error, request.id)
         assert step.result is not None
-        if description.era is Era.MODERN:  # the server's own result, input_required included, passes through
+        if ctx.upstream is Era.MODERN:  # the server's own result, input_required included, passes through
             return encode_result(request.id, step.result if self._result_type(step.result)[1]
                                  else _state_complete(step.result))
         return encode_result(request.id, encode_json(
@@ -696,11 +716,10 @@ class Gateway:
                          sink: Sink) -> tuple[list[Any], int, bool] | Reply:
         """Every page of an upstream list (MS14, MS15): the items, the smallest ``ttlMs`` and whether any page was
         private (PX21); or the upstream's error reply."""
-        description = await self._connected()
         key = LIST_METHODS[method]
         items: list[Any] = []
         ttl: int | None = None
-        private = description.era is Era.LEGACY
+        private = ctx.upstream is Era.LEGACY
         cursor: str | None = None
         for _ in range(MAX_PAGES):
             page_params = dict(params)
@@ -710,7 +729,7 @@ class Gateway:
             if not reply.ok:
                 return reply
             page = reply.result_dict()
-            if description.era is Era.MODERN:
+            if ctx.upstream is Era.MODERN:
                 result_type(page)
                 page_ttl = page.get("ttlMs")
                 page_ttl = page_ttl if isinstance(page_ttl, int) and page_ttl > 0 else 0
@@ -721,7 +740,7 @@ class Gateway:
                 raise RemoteProtocolError(f"{method}: {key} is not a list", jsonrpc_code=INTERNAL_ERROR)
             items.extend(page_items)
             next_cursor = page.get("nextCursor")
-            if next_cursor is None or (next_cursor == "" and description.era is Era.LEGACY):
+            if next_cursor is None or (next_cursor == "" and ctx.upstream is Era.LEGACY):
                 return items, ttl or 0, private
             if not isinstance(next_cursor, str) or next_cursor == cursor:
                 raise RemoteProtocolError(f"{method}: the server's nextCursor does not advance",
@@ -732,7 +751,7 @@ class Gateway:
     async def _refresh(self, method: str) -> None:
         """Re-read an upstream list on warden's own account (a call before any list, or ``list_changed``)."""
         description = await self._connected()
-        ctx = Context(description.era, description.version, {}, None)
+        ctx = Context(description.era, description.version, {}, None, upstream=description.era)
         fetched = await self._fetch_all(method, {}, ctx, _NO_SINK)
         if isinstance(fetched, Reply):
             raise RemoteProtocolError(f"the server refused {method}: {fetched.message}",

@@ -285,7 +285,10 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
             mounted.append(mount)
 
     def visible(path: str) -> bool:
-        return any(_under(path, m.dest) for m in mounted if m.op in ("ro-bind", "bind", "tmpfs"))
+        """The host's ``path`` exists inside: under a bind, or a tmpfs mount point itself (below one, the
+        sandbox has its own empty directory, not the host's)."""
+        return any(_under(path, m.dest) for m in mounted if m.op in ("ro-bind", "bind")) or \
+            any(path == m.dest for m in mounted if m.op == "tmpfs")
 
     workdir = write_dirs[0] if write_dirs else scratch.home
     requested = settings.workdir or spec_cwd

@@ -65,6 +65,7 @@ from warden.protocol.messages import (
 )
 from warden.protocol.probe import (
     Incompatible,
+    InitializeResult,
     Legacy,
     Modern,
     ProbeStep,
@@ -305,6 +306,10 @@ class EraCache:
         self._eras.pop(key, None)
 
 
+class _ModernOnly(IncompatibleServer):
+    """``initialize`` was refused by a server that lists only 2026 versions."""
+
+
 class _Respawn(Exception):
     """The process must be replaced before the handshake (it hung or died during the probe)."""
 
@@ -345,6 +350,7 @@ class _Session:
         self._next_id = 0
         self.closed = trio.Event()
         self.eof = trio.Event()
+
         self.close_reason = "the server exited"
 
     # -- sending ------------------------------------------------------------------------------------------------
@@ -357,9 +363,10 @@ class _Session:
                       capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
                       timeout: float | None = None, on_progress: ProgressCallback | None = None,
                       cancel_on_timeout: bool = True, with_progress_token: bool = True,
-                      stream: bool = False) -> Reply:
+                      stream: bool = False, lane: Era | None = None) -> Reply:
         """Send a request and wait for its reply. ``stream``: a ``subscriptions/listen``, which normally never
-        gets one, so it has no deadline (MS08).
+        gets one, so it has no deadline (MS08). ``lane``: ``Era.LEGACY`` sends a dual-era server a request of the
+        session it also opened with ``initialize`` (no 2026 ``_meta``), for a legacy host.
 
         Raises:
             UpstreamTimeout: no reply before the deadline (after ``notifications/cancelled`` was sent, unless this
@@ -371,7 +378,7 @@ class _Session:
         options = self._upstream.options
         body = dict(params) if params else {}
         meta = dict(body.get("_meta") or {})
-        if self.era is Era.MODERN:
+        if self.era is Era.MODERN and lane is not Era.LEGACY:
             meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
         id_raw = self._new_id()
         token = None
@@ -576,6 +583,10 @@ class Upstream:
         self._capabilities_known = trio.Event()
         self.restarts = 0
         self.connections: list[str] = []
+        self._nursery: trio.Nursery | None = None
+        self._lane: _Session | None = None
+        self._lane_started: trio.Event | None = None
+        self._lane_refused = False
         self._last_reason = ""
 
     # -- public -------------------------------------------------------------------------------------------------
@@ -606,6 +617,8 @@ class Upstream:
         ``on_progress``. Raises ``UpstreamTimeout`` / ``UpstreamClosed`` and the fatal errors of
         :meth:`wait_connected`.
         """
+        if kwargs.get("lane") is Era.LEGACY and self._lane is not None and not self._lane.closed.is_set():
+            return await self._lane.request(method, params, **kwargs)
         session = self._session
         if session is None or not self._ready.is_set() or session.closed.is_set():
             timeout = kwargs.get("timeout") or self.options.request_timeout
@@ -626,6 +639,70 @@ class Upstream:
     def description(self) -> ServerDescription | None:
         return self._description
 
+    async def legacy_lane(self, capabilities: Mapping[str, Any]) -> bool:
+        """For a legacy host in front of a 2026 server: a legacy session on a sibling process of the same
+        configuration (the SDKs lock a process to the era of its first request, so it cannot be the same one),
+        so the host's requests keep their era end to end — tools that ask their client on the wire work, and
+        nothing needs translating. Started on first need; returns whether it is up. A modern-only server refuses
+        its ``initialize`` once, and is translated for good.
+        """
+        await self.wait_connected()
+        main = self._session
+        if main is None or main.era is not Era.MODERN:
+            return main is not None
+        while not self._lane_refused:
+            lane = self._lane
+            if lane is not None and not lane.closed.is_set():
+                return True
+            if self._lane_started is None:
+                assert self._nursery is not None
+                self._lane_started = trio.Event()
+                self._nursery.start_soon(self._run_lane, dict(capabilities), self._lane_started)
+            await self._lane_started.wait()
+            if self._lane is None:
+                return False
+        return False
+
+    async def _run_lane(self, capabilities: dict[str, Any], started: trio.Event) -> None:
+        lane: _Session | None = None
+        try:
+            connection = await self.connector.connect()
+        except (LaunchError, SandboxUnavailable) as exc:
+            log.warning("%s: no legacy session for legacy hosts: %s", self.name, exc.message)
+            self._lane_refused = True
+            started.set()
+            return
+        await self.handler.on_lifecycle("launched", f"{connection.label} (legacy session for legacy hosts)")
+        session = _Session(self, connection.channel)
+        session.era = Era.LEGACY
+        graceful = True
+        try:
+            async with trio.open_nursery() as nursery:
+                connection.start_side_tasks(nursery)
+                nursery.start_soon(self._watch_end, session, connection)
+                nursery.start_soon(session.read_loop, nursery)
+                try:
+                    await self._handshake(session, capabilities)
+                except (UpstreamError, IncompatibleServer) as exc:
+                    log.info("%s: modern-only server (%s): legacy hosts are translated", self.name, exc.message)
+                    self._lane_refused = True
+                    graceful = False
+                else:
+                    lane = self._lane = session
+                    started.set()
+                    log.info("%s: dual-era server: legacy hosts get a legacy session of their own", self.name)
+                    await session.closed.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self._lane is lane:
+                self._lane = None
+            self._lane_started = None
+            started.set()
+            session.mark_closed("stopped by warden")
+            with trio.CancelScope(shield=True):
+                await connection.stop(graceful=graceful)
+                await self.handler.on_lifecycle("ended", session.close_reason)
+
     # -- supervision --------------------------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -634,7 +711,12 @@ class Upstream:
         A server that cannot be run at all (launch refused, sandbox unavailable, no common protocol) is not
         retried: every waiting and later request gets that error.
         """
-        task_status.started()
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await self._supervise()
+
+    async def _supervise(self) -> None:
         backoff = self.options.restart_backoff
         while True:
             started = trio.current_time()
@@ -755,7 +837,28 @@ class Upstream:
                 raise _Respawn
         session.era = Era.LEGACY
         await self._capabilities_known.wait()
-        params = {"protocolVersion": LATEST_LEGACY, "capabilities": self._legacy_capabilities or {},
+        try:
+            init = await self._handshake(session, self._legacy_capabilities or {})
+        except _ModernOnly:
+            if cached is Era.LEGACY:
+                self.era_cache.drop(self.connector.config_key)  # ER17: this build answers differently now; probe again
+                raise _Respawn from None
+            raise
+        log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
+        return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
+                                 init.server_info.model_dump(by_alias=True), init.instructions)
+
+    async def _handshake(self, session: _Session, capabilities: Mapping[str, Any]) -> InitializeResult:
+        """The legacy lifecycle (LC01–LC09): ``initialize`` offering the latest legacy version with what the
+        host may be asked, check the answer, ``notifications/initialized``.
+
+        Raises:
+            UpstreamClosed: no answer in time (``initialize`` is never cancelled: the process is closed instead).
+            IncompatibleServer: refused or answered with a version warden cannot speak (``_ModernOnly`` when the
+                refusal lists only 2026 versions).
+        """
+        session.era = Era.LEGACY
+        params = {"protocolVersion": LATEST_LEGACY, "capabilities": dict(capabilities),
                   "clientInfo": dict(self.options.client_info)}
         try:
             reply = await session.request("initialize", params, timeout=self.options.handshake_timeout)
@@ -765,16 +868,14 @@ class Upstream:
         if not reply.ok:
             data = reply.error_data()
             supported = data.get("supported") if isinstance(data, dict) else None
-            if cached is Era.LEGACY and isinstance(supported, list) and any(v in MODERN_VERSIONS for v in supported):
-                self.era_cache.drop(self.connector.config_key)  # ER17: this build answers differently now; probe again
-                raise _Respawn
-            raise IncompatibleServer(f"{self.name}: initialize failed: {reply.message} (code {reply.code})")
+            message = f"{self.name}: initialize failed: {reply.message} (code {reply.code})"
+            if isinstance(supported, list) and any(v in MODERN_VERSIONS for v in supported):
+                raise _ModernOnly(message)
+            raise IncompatibleServer(message)
         init = check_initialize_result(reply.result_dict())
         session.version = init.protocol_version
         await session.notify("notifications/initialized")
-        log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
-        return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
-                                 init.server_info.model_dump(by_alias=True), init.instructions)
+        return init
 
     # -- readiness notifications --------------------------------------------------------------------------------
 

@@ -1,15 +1,11 @@
-"""What hosts of the HTTP face should get but cannot yet, because the gateway core (warden/gateway/core.py) lacks
-it. Each test is a strict expected failure naming the gap: when the core is fixed it starts passing, pytest
-reports it, and the marker (and the matching entry in tests/conformance/expected-failures-*.yml) comes off.
-"""
+"""A legacy HTTP host in front of a dual-era server gets a legacy session of its own on a sibling process, so what
+only a legacy session can do works end to end: wire questions mid-call, per-resource subscriptions."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from tests.http_server.warden_http import sse_messages, warden_http
 from tests.support import FIXTURES, PYTHON
@@ -21,10 +17,6 @@ def legacy_call(id_: object, name: str, arguments: dict[str, Any]) -> dict[str, 
     return {"jsonrpc": "2.0", "id": id_, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
 
 
-@pytest.mark.xfail(strict=True, reason="core: a dual-era upstream is probed modern, so a legacy host's tool that "
-                                       "asks on the wire (sampling/createMessage) has no back-channel "
-                                       "(conformance: tools-call-sampling, tools-call-elicitation, "
-                                       "elicitation-sep1034-defaults, elicitation-sep1330-enums)")
 async def test_legacy_host_gets_the_wire_question_of_a_dual_era_server(tmp_path: Path) -> None:
     async with warden_http(FIXTURE, cwd=tmp_path) as w:
         session = await w.initialize({"sampling": {}})
@@ -44,9 +36,6 @@ async def test_legacy_host_gets_the_wire_question_of_a_dual_era_server(tmp_path:
         assert asked, body.decode()
 
 
-@pytest.mark.xfail(strict=True, reason="core: resources/subscribe from a legacy host to a modern upstream needs the "
-                                       "subscriptions/listen mapping (conformance: resources-subscribe, "
-                                       "resources-unsubscribe)")
 async def test_legacy_host_subscribes_to_a_resource_of_a_modern_server(tmp_path: Path) -> None:
     async with warden_http(FIXTURE, cwd=tmp_path) as w:
         session = await w.initialize()
