@@ -51,10 +51,12 @@ async def test_HM01_HM03_HM04_sdk_client_both_eras_with_the_bearer_token(tmp_pat
                                     list_roots_callback=answer_roots) as client:
                 assert client.protocol_version == version
                 await check_names(client)
-                asked = await client.call_tool("test_input_required_result_elicitation", {})
-                assert text_of(asked) == "Hello, Alice!"
-                sampled = await client.call_tool("test_input_required_result_sampling", {})
-                assert text_of(sampled) == "Model said: Paris"
+                if mode == "auto":  # input_required tools are 2026-only in the fixture; a legacy host gets the
+                    # dual-era server's legacy session, as it would directly (tests/http_server/test_dual_era.py)
+                    asked = await client.call_tool("test_input_required_result_elicitation", {})
+                    assert text_of(asked) == "Hello, Alice!"
+                    sampled = await client.call_tool("test_input_required_result_sampling", {})
+                    assert text_of(sampled) == "Model said: Paris"
                 done = await client.call_tool("test_tool_with_progress", {}, progress_callback=on_progress)
                 assert text_of(done) == "Progress reported: 0, 50, 100 of 100"
                 assert progress == [0, 50, 100]
