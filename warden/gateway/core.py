@@ -19,10 +19,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import secrets
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, final
+from dataclasses import dataclass
+from typing import Any, Final, final
 
 import msgspec
 import trio
@@ -30,6 +29,7 @@ import trio
 from warden import audit
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
+from warden.gateway.link import Context, HostLink, Sink
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
@@ -52,7 +52,6 @@ from warden.protocol.eras import (
     MODERN_VERSIONS,
     SERVER_NOTIFICATIONS,
     Era,
-    negotiate_legacy,
     read_request_meta,
     result_type,
 )
@@ -60,7 +59,6 @@ from warden.protocol.messages import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     REQUEST_TIMEOUT,
     UNSUPPORTED_PROTOCOL_VERSION,
@@ -72,7 +70,6 @@ from warden.protocol.messages import (
     encode_error_object,
     encode_json,
     encode_notification,
-    encode_request,
     encode_result,
 )
 from warden.protocol.request_state import StateClaims, StateSigner, binding_of, is_ours
@@ -167,113 +164,6 @@ class _ResultType(msgspec.Struct):
 
 
 _peek_result_type = msgspec.json.Decoder(_ResultType).decode
-
-
-class Sink(Protocol):
-    """Somewhere to write messages to a host: the stdio channel, one request's SSE stream, a GET stream."""
-
-    async def send(self, message: bytes) -> None:
-        """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
-        ...
-
-
-@final
-@dataclass(slots=True)
-class LegacyHost:
-    """What a legacy host settled in ``initialize``: it holds for the whole session."""
-
-    version: str
-    capabilities: dict[str, Any]
-    client_info: Any
-    log_level: str | None = None
-    initialized: bool = False
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What one host request declared: its era, version, capabilities, requested log level, progress token."""
-
-    era: Era
-    version: str
-    capabilities: Mapping[str, Any]
-    log_level: str | None
-    progress_token: Any = None
-    upstream: Era = Era.MODERN
-    """The era of the server session this request travels on (a legacy host may get a dual-era server's legacy
-    session; then nothing needs translating)."""
-
-
-@final
-@dataclass(slots=True)
-class _Question:
-    event: trio.Event = field(default_factory=trio.Event)
-    reply: Reply | None = None
-
-
-@final
-class HostLink:
-    """One downstream peer: a stdio host, or one HTTP session. Holds its handshake state and the questions warden
-    asked it that still await an answer.
-
-    ``unsolicited`` is where messages not tied to a request go (server notifications, spontaneous questions):
-    the stdio channel, or an HTTP GET stream while one is open.
-    """
-
-    def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
-        self.name = name
-        self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
-        self.legacy: LegacyHost | None = None
-        self.unsolicited: Sink | None = None
-        self._questions: dict[bytes, _Question] = {}
-        self._next_question = 0
-        self._question_timeout = question_timeout
-
-    @property
-    def era(self) -> Era:
-        return Era.LEGACY if self.legacy is not None else Era.MODERN
-
-    async def ask(self, sink: Sink, method: str, params: Mapping[str, Any]) -> Reply:
-        """Put a question to the host on ``sink`` under a warden id (PX17) and wait for its answer."""
-        self._next_question += 1
-        id_raw = b'"warden-%d"' % self._next_question
-        question = _Question()
-        self._questions[id_raw] = question
-        try:
-            await sink.send(encode_request(id_raw, method, encode_json(dict(params))))
-            with trio.move_on_after(self._question_timeout):
-                await question.event.wait()
-        except trio.ClosedResourceError:
-            pass
-        finally:
-            self._questions.pop(id_raw, None)
-        if question.reply is None:
-            with contextlib.suppress(trio.ClosedResourceError):
-                await sink.send(encode_notification("notifications/cancelled", encode_json(
-                    {"requestId": id_raw.decode().strip('"'), "reason": "no answer in time"})))
-            return Reply.failure(REQUEST_TIMEOUT, f"the client did not answer {method} in time")
-        return question.reply
-
-    def answer(self, id_raw: bytes, reply: Reply) -> None:
-        """The host answered a question. A response to an id warden did not ask is dropped (invariant 9)."""
-        question = self._questions.pop(id_raw, None)
-        if question is None:
-            log.warning("%s: dropped a response to unknown id %s", self.name, id_raw[:64].decode("utf-8", "replace"))
-            return
-        question.reply = reply
-        question.event.set()
-
-    def accept_initialize(self, params: Mapping[str, Any]) -> None:
-        """Take the legacy handshake's state at once, so requests pipelined behind ``initialize`` see it.
-
-        Raises:
-            RemoteProtocolError: a second ``initialize`` on the same link.
-        """
-        if self.legacy is not None:
-            raise RemoteProtocolError("initialize was already received", jsonrpc_code=INVALID_REQUEST)
-        capabilities = params.get("capabilities")
-        self.legacy = LegacyHost(negotiate_legacy(params.get("protocolVersion")),
-                                 capabilities if isinstance(capabilities, dict) else {}, params.get("clientInfo"))
 
 
 @final

@@ -107,7 +107,7 @@ class Guard:
         return detections
 
     def server_state(self) -> PinState:
-        return self.store.state(self.server, "server", "", self.identity)
+        return self.store.state(self.server, "server", "", self.identity, refresh=False)
 
     async def observe_instructions(self, instructions: str | None) -> list[Detection]:
         """Record the server's instructions (pinned like any definition; absent instructions pin as null)."""
@@ -120,10 +120,11 @@ class Guard:
     def instructions_state(self) -> PinState:
         if self._instructions_digest is None:
             return PinState.UNKNOWN
-        return self.store.state(self.server, "instructions", "", self._instructions_digest)
+        return self.store.state(self.server, "instructions", "", self._instructions_digest, refresh=False)
 
     def approved_instructions(self, instructions: str | None) -> str | None:
         """The server's instructions if approved, else None: unapproved instructions never reach the model."""
+        self.store.refresh()
         if instructions is not None and self.instructions_state() is PinState.APPROVED \
                 and self.server_state() is PinState.APPROVED:
             return instructions
@@ -163,6 +164,7 @@ class Guard:
         """The entries of an observed list the host may see: approved, unchanged and allowed by policy."""
         kind, key_field = LIST_KINDS[method]
         digests = self._digests.get(kind, {})
+        self.store.refresh()  # one stat for the whole list; approvals from another terminal count at once
         server_pin = self.server_state()
         if self.quarantine() is not None:
             return []
@@ -171,7 +173,7 @@ class Guard:
             key = item.get(key_field) if isinstance(item, Mapping) else None
             if not isinstance(key, str) or key not in digests:
                 continue
-            pin = self.store.state(self.server, kind, key, digests[key])
+            pin = self.store.state(self.server, kind, key, digests[key], refresh=False)
             if decide(ListEntryFacts(self.policy, kind, key, pin, server_pin)).allowed:
                 out.append(item)
         return out
@@ -215,17 +217,19 @@ class Guard:
 
     def approval(self, kind: EntryKind, key: str) -> PinEntry | None:
         """The approved pin entry an allowed request rests on (for the audit record), if any."""
-        entry = self.store.get(self.server, kind, key)
+        entry = self.store.get(self.server, kind, key, refresh=False)
         return entry if entry is not None and entry.state is PinState.APPROVED else None
 
     def _pin(self, kind: EntryKind, key: str) -> PinState:
         digest = self._digests.get(kind, {}).get(key)
-        return PinState.UNKNOWN if digest is None else self.store.state(self.server, kind, key, digest)
+        return PinState.UNKNOWN if digest is None else self.store.state(self.server, kind, key, digest,
+                                                                        refresh=False)
 
     def decide_call(self, tool: str, arguments: Mapping[str, Any] | None, *, channel: bool,
                     confirmed_digest: str | None = None) -> Decision:
         """``channel``: a human can be asked in-band on this request (the host declared form elicitation and
-        warden can put a question to it)."""
+        warden can put a question to it). Reads the store once (another terminal's approvals count at once)."""
+        self.store.refresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held
@@ -235,6 +239,7 @@ class Guard:
             resolved_paths=resolve_argument_paths(self.policy, tool, arguments)))
 
     def decide_prompt(self, name: str, *, channel: bool) -> Decision:
+        self.store.refresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held
@@ -242,6 +247,7 @@ class Guard:
 
     def decide_read(self, uri: str, *, channel: bool) -> Decision:
         """A read is allowed through the listed resource with that URI, else the first listed template it fits."""
+        self.store.refresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held

