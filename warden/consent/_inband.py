@@ -9,7 +9,6 @@ approve something else. A per-call confirmation is bound the same way to the SHA
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
@@ -112,5 +111,3 @@ def refusal(decision: Decision) -> PolicyError:
     return PolicyError(msg, hint=decision.hint or "ask in a terminal: warden pins review")
 
 
-def pretty_arguments(arguments: Mapping[str, Any] | None) -> str:
-    return json.dumps(dict(arguments or {}), indent=2, sort_keys=True, ensure_ascii=True)

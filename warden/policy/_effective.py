@@ -258,10 +258,6 @@ class EffectivePolicy:
         self.org = org
         self.user = user
 
-    def server_names(self) -> list[str]:
-        """Servers configured in the user config, sorted."""
-        return sorted(self.user.model.servers) if self.user else []
-
     def server(self, name: str, argv: Sequence[str] | None = None) -> ServerPolicy:
         """The effective policy of server ``name``. ``argv`` is what will be launched: ``None`` takes the command of
         the config entry; an ad-hoc ``warden run -- CMD ARGS`` server with no entry gets the defaults (and the org

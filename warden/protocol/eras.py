@@ -35,15 +35,6 @@ class Era(enum.Enum):
     MODERN = "modern"
 
 
-def era_of(version: str) -> Era | None:
-    """The era a known version belongs to, or None for a version warden does not speak."""
-    if version in MODERN_VERSIONS:
-        return Era.MODERN
-    if version in LEGACY_VERSIONS:
-        return Era.LEGACY
-    return None
-
-
 # Methods by direction and era. A request outside its table is answered with -32601 and never forwarded.
 CLIENT_REQUESTS: Final[Mapping[Era, frozenset[str]]] = {
     Era.LEGACY: frozenset({

@@ -7,7 +7,6 @@ with the caller, so ``warden doctor`` can show every fact even when several are 
 from __future__ import annotations
 
 import ctypes
-import errno
 import os
 from dataclasses import dataclass
 
@@ -70,7 +69,3 @@ def userns_facts() -> UsernsFacts:
 
 def executable(path: str) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def errno_name(number: int) -> str:
-    return errno.errorcode.get(number, str(number))
