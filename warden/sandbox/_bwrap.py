@@ -33,7 +33,14 @@ from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
 from warden.sandbox._data import data_dir
 from warden.sandbox._plan import PRLIMIT, SETPRIV, SYSTEM_PYTHON, SandboxPlan, bwrap_args, make_plan
-from warden.sandbox._process import PrefixedReceiveStream, SpawnedProcess, last_line, spawn, wait_ready
+from warden.sandbox._process import (
+    PrefixedReceiveStream,
+    SandboxedChild,
+    SpawnedProcess,
+    last_line,
+    spawn,
+    wait_ready,
+)
 from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._runtime import detect_runtime
 from warden.sandbox._seccomp import RuleList, compile_filter, load_rules
@@ -115,7 +122,7 @@ async def _await_ready(process: SpawnedProcess) -> tuple[bytes, bytes]:
 
 
 @final
-class BwrapChild:
+class BwrapChild(SandboxedChild):
     """A server running in a bwrap sandbox.
 
     ``pid`` is bwrap's own pid; ``sandbox_pid`` is the sandbox's init (PID 1 inside), whose death ends every
@@ -126,32 +133,11 @@ class BwrapChild:
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, sandbox_pid: int,
                  sandbox_pidfd: int | None, status_fd: int, slot: UidSlot | None) -> None:
-        self._process = process
-        self._stderr = stderr
+        super().__init__(process, stderr)
         self.sandbox_pid = sandbox_pid
         self._sandbox_pidfd: int | None = sandbox_pidfd
         self._status_fd: int | None = status_fd
         self._slot = slot
-
-    @property
-    def stdin(self) -> trio.abc.SendStream:
-        return self._process.stdin
-
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream:
-        return self._process.stdout
-
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream:
-        return self._stderr
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.returncode
 
     async def wait(self) -> int:
         try:

@@ -35,6 +35,7 @@ from warden.sandbox._plan import SandboxPlan, make_plan
 from warden.sandbox._process import (
     READY_SHIM,
     PrefixedReceiveStream,
+    SandboxedChild,
     SpawnedProcess,
     last_line,
     spawn,
@@ -77,39 +78,18 @@ def skeleton_rootfs(state_dir: Path) -> Path:
 
 
 @final
-class ContainerChild:
+class ContainerChild(SandboxedChild):
     """A server in a container. ``kill``/``terminate`` go through the engine (the client alone is not the
     container); ``wait`` reaps the client and then removes the container, so nothing outlives it."""
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, engine: str, name: str,
                  engine_env: Mapping[str, str], slot: UidSlot | None) -> None:
-        self._process = process
-        self._stderr = stderr
+        super().__init__(process, stderr)
         self._engine = engine
         self.name = name
         self._engine_env = dict(engine_env)
         self._slot = slot
         self._helpers: list[SpawnedProcess] = []
-
-    @property
-    def stdin(self) -> trio.abc.SendStream:
-        return self._process.stdin
-
-    @property
-    def stdout(self) -> trio.abc.ReceiveStream:
-        return self._process.stdout
-
-    @property
-    def stderr(self) -> trio.abc.ReceiveStream:
-        return self._stderr
-
-    @property
-    def pid(self) -> int:
-        return self._process.pid
-
-    @property
-    def returncode(self) -> int | None:
-        return self._process.returncode
 
     def _engine_call(self, *args: str) -> None:
         try:

@@ -105,6 +105,35 @@ READY_SHIM = ("/bin/sh", "-c", "printf '\\036warden-sandbox-ready\\036' >&2 && e
 _MAX_PREAMBLE = 64 * 1024
 
 
+class SandboxedChild:
+    """What every sandboxed child shares: its pipes (stderr after the launcher's setup preamble) and its exit
+    status. Launchers add how to stop the whole sandbox (``terminate``, ``kill``, ``wait``)."""
+
+    def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream) -> None:
+        self._process = process
+        self._stderr = stderr
+
+    @property
+    def stdin(self) -> trio.abc.SendStream:
+        return self._process.stdin
+
+    @property
+    def stdout(self) -> trio.abc.ReceiveStream:
+        return self._process.stdout
+
+    @property
+    def stderr(self) -> trio.abc.ReceiveStream:
+        return self._stderr
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._process.returncode
+
+
 @final
 class PrefixedReceiveStream(trio.abc.ReceiveStream):
     """A receive stream that first yields ``prefix`` (bytes already read past the ready marker)."""
