@@ -715,7 +715,7 @@ class Gateway:
             await stale.wait()  # a change announced by the server is re-read before anything is decided on it
         if method == "resources/read":
             for lm in ("resources/list", "resources/templates/list"):
-                if not self.guard.knows(lm) and self._offers(lm):
+                if not self.guard.knows(lm) and self._offers_resources():
                     await self._refresh(lm)
         elif list_method is not None and not self.guard.knows(list_method):
             await self._refresh(list_method)
@@ -734,7 +734,7 @@ class Gateway:
             return self.guard.decide_prompt(name, channel=channel)
         return self.guard.decide_read(name, channel=channel)
 
-    def _offers(self, method: str) -> bool:
+    def _offers_resources(self) -> bool:
         description = self.upstream.description
         return description is not None and isinstance(description.capabilities.get("resources"), dict)
 

@@ -277,7 +277,6 @@ class StdioConnector:
         self._options = options
         self._name = name
         self.stderr = StderrTail(name)
-        self.pids: list[int] = []
 
     @property
     def config_key(self) -> str:
@@ -285,7 +284,6 @@ class StdioConnector:
 
     async def connect(self) -> ProcessConnection:
         child = await self.launcher.launch(self.spec)
-        self.pids.append(child.pid)
         return ProcessConnection(child, self._options, self.stderr, self._name)
 
 
@@ -581,8 +579,6 @@ class Upstream:
         self._description: ServerDescription | None = None
         self._legacy_capabilities: dict[str, Any] | None = None
         self._capabilities_known = trio.Event()
-        self.restarts = 0
-        self.connections: list[str] = []
         self._nursery: trio.Nursery | None = None
         self._lane: _Session | None = None
         self._lane_started: trio.Event | None = None
@@ -730,7 +726,6 @@ class Upstream:
                 await trio.sleep_forever()
             if outcome is _Outcome.RESPAWN:
                 continue
-            self.restarts += 1
             if trio.current_time() - started > 60:
                 backoff = self.options.restart_backoff
             log.warning("%s: server ended (%s); restarting in %.1f s", self.name, self._last_reason, backoff)
@@ -743,7 +738,6 @@ class Upstream:
         Raises the fatal errors of :meth:`run` (outside the nursery, so they are not wrapped in a group).
         """
         connection = await self.connector.connect()
-        self.connections.append(connection.label)
         await self.handler.on_lifecycle("launched", connection.label)
         session = _Session(self, connection.channel)
         outcome = _Outcome.ENDED
