@@ -26,7 +26,8 @@ async def test_MS28_MS29_listen_is_acknowledged_and_changes_are_tagged(tmp_path:
     assert ack is not None
     assert ack["method"] == "notifications/subscriptions/acknowledged"
     assert ack["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"  # type: ignore[index]
-    honored = ack["params"]["notifications"]  # type: ignore[index]
+    # The fixture declares tools.listChanged but not prompts.listChanged: only what warden can deliver is honored.
+    assert ack["params"]["notifications"] == {"toolsListChanged": True}  # type: ignore[index]
     await host.request(1, "tools/list", {"_meta": MODERN})
     assert (await host.response(1))["result"]["tools"]  # type: ignore[index]
     control.write_text(json.dumps({"tools": [TOOL, {**TOOL, "name": "mul"}]}))
@@ -37,7 +38,6 @@ async def test_MS28_MS29_listen_is_acknowledged_and_changes_are_tagged(tmp_path:
         assert message is not None
     changed = next(m for m in host.seen if m.get("method") == "notifications/tools/list_changed")
     assert changed["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == "listen-1"  # type: ignore[index]
-    assert honored.get("toolsListChanged") is True or honored == {}
     await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen-1"}})
     await host.close()
     assert not any(m.get("id") == "listen-1" for m in host.seen)  # cancelled: no response

@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from warden.sandbox._uids import SANDBOX_GID
-
 IS_ROOT = os.geteuid() == 0
 
 
@@ -25,11 +23,3 @@ def host_dir() -> Iterator[Path]:
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
-
-def sandbox_writable(path: Path) -> Path:
-    """Make ``path`` writable for any sandbox of a root warden (group SANDBOX_GID, setgid) or for us."""
-    path.mkdir(parents=True, exist_ok=True)
-    if IS_ROOT:
-        os.chown(path, -1, SANDBOX_GID)
-        path.chmod(0o2775)
-    return path

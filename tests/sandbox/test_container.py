@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.conftest import IS_ROOT, sandbox_writable
+from tests.sandbox.conftest import IS_ROOT
 from tests.sandbox.mcp import McpSession, mcp_session
 from tests.sandbox.test_real_servers import EVERYTHING, FILESYSTEM, GIT_SAFE, _git_repo
 from tests.security.harness import probe_argv, run_in_process
-from tests.support import VENV_BIN
+from tests.support import VENV_BIN, sandbox_writable
 from warden.errors import SandboxUnavailable
 from warden.launcher import LaunchSpec
 from warden.sandbox import SandboxSettings, make_launcher

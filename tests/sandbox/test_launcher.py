@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.sandbox.conftest import IS_ROOT, sandbox_writable
+from tests.sandbox.conftest import IS_ROOT
 from tests.security.harness import probe_argv, sandbox_processes
+from tests.support import sandbox_writable
 from warden.launcher import LaunchSpec
 from warden.sandbox import BwrapChild, SandboxSettings, make_launcher
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.sandbox.conftest import sandbox_writable
 from tests.sandbox.mcp import McpSession, mcp_session
-from tests.support import PEERS, VENV_BIN
+from tests.support import PEERS, VENV_BIN, sandbox_writable
 from warden.launcher import LaunchSpec
 from warden.sandbox import SandboxSettings, make_launcher
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.sandbox.conftest import sandbox_writable
 from tests.security.harness import IS_ROOT, run_in_process
+from tests.support import sandbox_writable
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.sandbox import SandboxSettings, make_launcher
