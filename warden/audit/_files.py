@@ -1,13 +1,11 @@
-"""Small file helpers for the audit log: private files, full writes, atomic replace, the signing key.
+"""Small file helpers for the audit log: private files, reads, the signing key (writes: :mod:`warden.durable`).
 
 Every file is opened ``O_CLOEXEC`` (a sandboxed child must never inherit one) and created 0600 inside a 0700
-directory. Atomic replace is the Tessera/PostgreSQL sequence: write a temporary file, fsync it, rename it over the
-target, fsync the directory; a crash at any point leaves either the old or the new file, never a mix.
+directory.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 from pathlib import Path
@@ -16,16 +14,7 @@ from typing import Final
 from warden.audit._note import Ed25519Signer, NoteError, parse_skey
 from warden.errors import StateError
 
-__all__ = [
-    "KEY_FILE",
-    "fsync_dir",
-    "open_private",
-    "pwrite_all",
-    "read_all",
-    "read_private_text",
-    "replace_file",
-    "write_new_file",
-]
+__all__ = ["KEY_FILE", "load_signer", "open_private", "read_all", "read_private_text"]
 
 #: Where the log's signing key lives, relative to the state dir: outside ``audit/``, so copying the log for a
 #: forensic review never copies the key.
@@ -52,17 +41,6 @@ def _check_private(path: Path, st: os.stat_result) -> None:
                          f"it must be ours and 0600", hint=f"run: chmod 600 {path}")
 
 
-def pwrite_all(fd: int, data: bytes | bytearray | memoryview, offset: int) -> None:
-    """Write all of ``data`` at ``offset``; a short write is retried, a zero-length one is an error (ENOSPC)."""
-    view = memoryview(data)
-    while view:
-        n = os.pwrite(fd, view, offset)
-        if n <= 0:  # pragma: no cover - the kernel reports ENOSPC/EIO as an OSError instead
-            raise OSError(28, "short write")
-        view = view[n:]
-        offset += n
-
-
 def read_all(fd: int, offset: int, length: int) -> bytes:
     """Read exactly ``length`` bytes at ``offset`` (fewer only at end of file)."""
     chunks: list[bytes] = []
@@ -74,43 +52,6 @@ def read_all(fd: int, offset: int, length: int) -> bytes:
         offset += len(chunk)
         length -= len(chunk)
     return b"".join(chunks)
-
-
-def fsync_dir(dir_fd: int) -> None:
-    os.fsync(dir_fd)
-
-
-def replace_file(dir_fd: int, name: str, data: bytes) -> None:
-    """Atomically replace ``name`` (in the directory ``dir_fd``) with ``data`` and make that durable.
-
-    The temporary name is fixed: callers hold the log lock, so a leftover from a crashed writer is removed first.
-    """
-    tmp = name + ".tmp"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp, dir_fd=dir_fd)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600, dir_fd=dir_fd)
-    try:
-        pwrite_all(fd, data, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    os.fsync(dir_fd)
-
-
-def write_new_file(path: Path, data: bytes) -> None:
-    """Create ``path`` exclusively (0600), write, fsync it and its directory. Fails if it exists."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, 0o600)
-    try:
-        pwrite_all(fd, data, 0)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def read_private_text(path: Path, limit: int = 1 << 16) -> str:

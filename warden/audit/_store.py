@@ -43,16 +43,7 @@ import msgspec
 
 from warden.audit._checkpoint import Checkpoint, SignedCheckpoint, open_checkpoint, sign_checkpoint
 from warden.audit._errors import AuditLogFailed, AuditUnavailable
-from warden.audit._files import (
-    KEY_FILE,
-    load_signer,
-    open_private,
-    pwrite_all,
-    read_all,
-    read_private_text,
-    replace_file,
-    write_new_file,
-)
+from warden.audit._files import KEY_FILE, load_signer, open_private, read_all, read_private_text
 from warden.audit._format import (
     FRAME_CRC,
     FRAME_HEADER,
@@ -90,6 +81,7 @@ from warden.audit._records import (
     decode_record,
     prepare_record,
 )
+from warden.durable import pwrite_all, replace_file, write_new_file
 from warden.errors import VerificationError
 from warden.paths import ensure_private_dir
 

@@ -17,6 +17,7 @@ import stat
 from pathlib import Path
 from typing import Final
 
+from warden.durable import fsync_directory, write_new_file
 from warden.errors import ConfigError, StateError
 from warden.gateway.http_access import MIN_TOKEN_LENGTH, valid_token
 from warden.paths import ensure_private_dir
@@ -87,12 +88,7 @@ def load_or_create_token(state_dir: Path, host: str, port: int) -> tuple[str, Pa
     token = secrets.token_urlsafe(32)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, token.encode("ascii") + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_new_file(tmp, token.encode("ascii") + b"\n")
         os.link(tmp, path)  # never replaces a token another warden wrote in the meantime
     except FileExistsError:
         return _read_private(path, what="token file", error=StateError), path
@@ -102,9 +98,5 @@ def load_or_create_token(state_dir: Path, host: str, port: int) -> tuple[str, Pa
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_directory(path.parent)
     return token, path

@@ -37,6 +37,7 @@ from typing import Any, Literal, final
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from warden.durable import replace_file
 from warden.errors import PolicyError, RemoteProtocolError, StateError
 from warden.paths import ensure_private_dir
 from warden.policy.pins._canonical import digest as compute_digest
@@ -270,29 +271,15 @@ class PinStore:
             os.close(lock_fd)  # closing releases the flock
 
     def _write(self, data: _File) -> None:
+        """Replace ``pins.json`` atomically and durably (the caller holds the store's lock)."""
         payload = json.dumps(data.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=True).encode()
-        tmp = self._dir / f".pins.json.{os.getpid()}.tmp"
         try:
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                os.fchmod(fd, 0o600)
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
+                replace_file(dir_fd, self._path.name, payload)
             finally:
-                os.close(fd)
-            os.rename(tmp, self._path)
-            dfd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+                os.close(dir_fd)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
             raise StateError(f"cannot write {self._path}: {exc.strerror}",
                              hint="check free space and permissions of the state directory") from exc
 
