@@ -37,6 +37,7 @@ __all__ = [
     "HashReader",
     "ProofError",
     "consistency_proof",
+    "fold_frontier",
     "inclusion_proof",
     "is_valid_subtree",
     "leaf_hash",
@@ -86,6 +87,16 @@ def root_from_leaf_hashes(leaves: Sequence[bytes]) -> bytes:
     return frontier.root()
 
 
+def fold_frontier(nodes: Sequence[bytes]) -> bytes:
+    """The root of a tree from its frontier: its perfect-subtree roots, largest first (``SHA-256("")`` if none)."""
+    if not nodes:
+        return EMPTY_ROOT
+    h = nodes[-1]
+    for left in reversed(nodes[:-1]):
+        h = node_hash(left, h)
+    return h
+
+
 class Frontier:
     """The right edge of a growing tree: the roots of its perfect subtrees, largest first (a "compact range").
 
@@ -132,13 +143,7 @@ class Frontier:
 
     def root(self) -> bytes:
         """The RFC 6962 root of the tree so far (``SHA-256("")`` when empty)."""
-        nodes = self._nodes
-        if not nodes:
-            return EMPTY_ROOT
-        h = nodes[-1]
-        for left in reversed(nodes[:-1]):
-            h = node_hash(left, h)
-        return h
+        return fold_frontier(self._nodes)
 
     def copy(self) -> Frontier:
         f = Frontier()

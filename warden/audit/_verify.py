@@ -40,7 +40,7 @@ from warden.audit._canonical import CanonicalizationError, canonical_json
 from warden.audit._checkpoint import SignedCheckpoint, open_checkpoint
 from warden.audit._errors import ForkEvidence
 from warden.audit._format import FRAME_HEADER, FRAME_OVERHEAD, FRAME_RECORD, MAX_FRAME_PAYLOAD
-from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, consistency_proof, node_hash
+from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, consistency_proof, fold_frontier
 from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError
 from warden.audit._records import RECORD_VERSION, Detail, InvalidRecord, Record, decode_record, encode_record
 from warden.errors import VerificationError
@@ -203,7 +203,7 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
         index += 1
         offset = end
         if next_cp < len(sizes) and sizes[next_cp] == index:
-            check_checkpoints_at(index, _fold(nodes))
+            check_checkpoints_at(index, fold_frontier(nodes))
         if progress is not None and not index & (_PROGRESS_EVERY - 1):
             progress(index)
     if index:
@@ -230,17 +230,9 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     if progress is not None:
         progress(index)
     latest = by_size[sizes[-1]][1] if sizes else None
-    return VerifiedLog(origin, index, _fold(nodes), len(signed), latest, first_time, last_time)
+    return VerifiedLog(origin, index, fold_frontier(nodes), len(signed), latest, first_time, last_time)
 
 
-def _fold(nodes: Sequence[bytes]) -> bytes:
-    """The root from the frontier's perfect-subtree roots (largest first)."""
-    if not nodes:
-        return EMPTY_ROOT
-    h = nodes[-1]
-    for left in reversed(nodes[:-1]):
-        h = node_hash(left, h)
-    return h
 
 
 def _reader(stored: bytearray) -> Callable[[Sequence[int]], list[bytes]]:
