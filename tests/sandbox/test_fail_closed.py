@@ -17,8 +17,8 @@ from tests.sandbox.conftest import IS_ROOT
 from tests.security.harness import ROOT, SYSTEM_PYTHON, probe_argv, user_command
 from tests.support import VENV_BIN
 from warden.errors import LaunchError, SandboxUnavailable
-from warden.launcher import LaunchSpec, UnsafeUnsandboxedLauncher
-from warden.sandbox import BwrapLauncher, SandboxSettings, make_launcher
+from warden.launcher import LaunchSpec
+from warden.sandbox import BwrapLauncher, SandboxSettings, UnsafeUnsandboxedLauncher, make_launcher
 from warden.sandbox._bwrap_binary import locate_bwrap
 
 TIME_SERVER = LaunchSpec(argv=(str(VENV_BIN / "mcp-server-time"),))

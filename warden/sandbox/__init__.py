@@ -10,9 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from warden.launcher import Launcher, UnsafeUnsandboxedLauncher
+from warden.launcher import Launcher
 from warden.sandbox._bwrap import BwrapChild, BwrapLauncher
 from warden.sandbox._container import ContainerChild, ContainerLauncher
+from warden.sandbox._none import UnsafeUnsandboxedLauncher
 from warden.sandbox.settings import Limits, SandboxSettings
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ContainerLauncher",
     "Limits",
     "SandboxSettings",
+    "UnsafeUnsandboxedLauncher",
     "make_launcher",
 ]
 
@@ -30,7 +32,7 @@ def make_launcher(settings: SandboxSettings, *, state_dir: Path,
                   host_env: Mapping[str, str] | None = None) -> Launcher:
     """The launcher for one server's ``settings``: bwrap (default), a container engine, or none.
 
-    ``kind = "none"`` returns :class:`warden.launcher.UnsafeUnsandboxedLauncher`; whether that is allowed is the
+    ``kind = "none"`` returns :class:`UnsafeUnsandboxedLauncher`; whether that is allowed is the
     policy layer's decision, made before this call. ``host_env`` (default: warden's environment) is where
     commands, ``npx``/``uvx`` installs, bwrap and the container engine are looked up; it never reaches the
     server, whose environment is ``LaunchSpec.env`` (passed exactly, through ``--args FD``) plus the sandbox's own

@@ -34,8 +34,8 @@ from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
 from warden.sandbox._data import data_dir
 from warden.sandbox._plan import PRLIMIT, SETPRIV, SYSTEM_PYTHON, SandboxPlan, bwrap_args, make_plan
 from warden.sandbox._process import (
+    PipedChild,
     PrefixedReceiveStream,
-    SandboxedChild,
     SpawnedProcess,
     last_line,
     spawn,
@@ -122,7 +122,7 @@ async def _await_ready(process: SpawnedProcess) -> tuple[bytes, bytes]:
 
 
 @final
-class BwrapChild(SandboxedChild):
+class BwrapChild(PipedChild):
     """A server running in a bwrap sandbox.
 
     ``pid`` is bwrap's own pid; ``sandbox_pid`` is the sandbox's init (PID 1 inside), whose death ends every

@@ -34,8 +34,8 @@ from warden.sandbox._data import data_dir
 from warden.sandbox._plan import SandboxPlan, make_plan
 from warden.sandbox._process import (
     READY_SHIM,
+    PipedChild,
     PrefixedReceiveStream,
-    SandboxedChild,
     SpawnedProcess,
     last_line,
     spawn,
@@ -78,7 +78,7 @@ def skeleton_rootfs(state_dir: Path) -> Path:
 
 
 @final
-class ContainerChild(SandboxedChild):
+class ContainerChild(PipedChild):
     """A server in a container. ``kill``/``terminate`` go through the engine (the client alone is not the
     container); ``wait`` reaps the client and then removes the container, so nothing outlives it."""
 

@@ -105,9 +105,9 @@ READY_SHIM = ("/bin/sh", "-c", "printf '\\036warden-sandbox-ready\\036' >&2 && e
 _MAX_PREAMBLE = 64 * 1024
 
 
-class SandboxedChild:
-    """What every sandboxed child shares: its pipes (stderr after the launcher's setup preamble) and its exit
-    status. Launchers add how to stop the whole sandbox (``terminate``, ``kill``, ``wait``)."""
+class PipedChild:
+    """What every child from :func:`spawn` shares: its pipes (a sandbox's stderr after the launcher's setup
+    preamble) and its exit status. Launchers add how to stop the whole thing (``terminate``, ``kill``, ``wait``)."""
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream) -> None:
         self._process = process
