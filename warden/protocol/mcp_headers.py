@@ -478,6 +478,18 @@ def _decoded(folded: Mapping[bytes, list[bytes]], name: str) -> str | Rejection 
         return _mismatch(f"{name}: {exc}")
 
 
+def _repeats(sent: str | Rejection | None, header: str, body_value: str) -> Rejection | None:
+    """None when ``header`` (as read by :func:`_single` or :func:`_decoded`) is present and repeats the body's
+    value exactly; else the rejection."""
+    if isinstance(sent, Rejection):
+        return sent
+    if sent is None:
+        return _mismatch(f"{header} header is missing")
+    if sent != body_value:
+        return _mismatch(f"{header} header value {_show(sent)} does not match body value {_show(body_value)}")
+    return None
+
+
 def _param_mismatch(param: ParamHeader, value: Any, header: str) -> str | None:
     """Why a decoded ``Mcp-Param-*`` value does not stand for the body's ``value``; None when it does.
 
@@ -559,37 +571,19 @@ def validate_request_headers(
         return Rejection(INVALID_PARAMS, f"params._meta[{_META_CAPABILITIES!r}] must be an object")
 
     folded = _fold(headers)
-    sent_version = _single(folded, PROTOCOL_VERSION_HEADER)
-    if isinstance(sent_version, Rejection):
-        return sent_version
-    if sent_version is None:
-        return _mismatch(f"{PROTOCOL_VERSION_HEADER} header is missing")
-    if sent_version != version:
-        return _mismatch(
-            f"{PROTOCOL_VERSION_HEADER} header value {_show(sent_version)} does not match body value {_show(version)}"
-        )
-    sent_method = _single(folded, METHOD_HEADER)
-    if isinstance(sent_method, Rejection):
-        return sent_method
-    if sent_method is None:
-        return _mismatch(f"{METHOD_HEADER} header is missing")
-    if sent_method != method:
-        return _mismatch(
-            f"{METHOD_HEADER} header value {_show(sent_method)} does not match body value {_show(method)}"
-        )
+    rejected = (_repeats(_single(folded, PROTOCOL_VERSION_HEADER), PROTOCOL_VERSION_HEADER, version)
+                or _repeats(_single(folded, METHOD_HEADER), METHOD_HEADER, method))
+    if rejected is not None:
+        return rejected
 
     field = NAME_FIELDS.get(method)
     if field is not None:
         name = params.get(field)
         if not isinstance(name, str):
             return Rejection(INVALID_PARAMS, f"params.{field} must be a string")
-        sent_name = _decoded(folded, NAME_HEADER)
-        if isinstance(sent_name, Rejection):
-            return sent_name
-        if sent_name is None:
-            return _mismatch(f"{NAME_HEADER} header is missing")
-        if sent_name != name:
-            return _mismatch(f"{NAME_HEADER} header value {_show(sent_name)} does not match body value {_show(name)}")
+        rejected = _repeats(_decoded(folded, NAME_HEADER), NAME_HEADER, name)
+        if rejected is not None:
+            return rejected
         if method == "tools/call" and tool is not None and tool.valid:
             rejected = _check_params(folded, tool, params.get("arguments"))
             if rejected is not None:
