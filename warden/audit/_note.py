@@ -98,6 +98,20 @@ class NoteVerifier(Protocol):
         ...
 
 
+def _check_public_key(name: str, public_key: bytes) -> None:
+    check_key_name(name)
+    if len(public_key) != 32:
+        raise NoteError(f"Ed25519 public key is {len(public_key)} bytes, not 32")
+
+
+def _ed25519_valid(public_key: bytes, signature: bytes, message: bytes) -> bool:
+    try:
+        Ed25519PublicKey.from_public_bytes(public_key).verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Ed25519Verifier:
     """An Ed25519 note verifier (signature type 0x01): a log's public key."""
@@ -106,9 +120,7 @@ class Ed25519Verifier:
     public_key: bytes
 
     def __post_init__(self) -> None:
-        check_key_name(self.name)
-        if len(self.public_key) != 32:
-            raise NoteError(f"Ed25519 public key is {len(self.public_key)} bytes, not 32")
+        _check_public_key(self.name, self.public_key)
 
     @property
     def key_id(self) -> int:
@@ -121,13 +133,7 @@ class Ed25519Verifier:
         return f"{self.name}+{self.key_id:08x}+{blob}"
 
     def verify(self, text: bytes, signature: bytes) -> bool:
-        if len(signature) != 64:
-            return False
-        try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature, text)
-        except InvalidSignature:
-            return False
-        return True
+        return len(signature) == 64 and _ed25519_valid(self.public_key, signature, text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,9 +144,7 @@ class CosignatureVerifier:
     public_key: bytes
 
     def __post_init__(self) -> None:
-        check_key_name(self.name)
-        if len(self.public_key) != 32:
-            raise NoteError(f"Ed25519 public key is {len(self.public_key)} bytes, not 32")
+        _check_public_key(self.name, self.public_key)
 
     @property
     def key_id(self) -> int:
@@ -149,15 +153,10 @@ class CosignatureVerifier:
     def verify(self, text: bytes, signature: bytes) -> bool:
         if len(signature) != 8 + 64:
             return False
-        (timestamp,) = struct.unpack(">Q", signature[:8])
+        timestamp = self.timestamp(signature)
         if timestamp >= 1 << 63:
             return False
-        message = b"cosignature/v1\ntime %d\n" % timestamp + text
-        try:
-            Ed25519PublicKey.from_public_bytes(self.public_key).verify(signature[8:], message)
-        except InvalidSignature:
-            return False
-        return True
+        return _ed25519_valid(self.public_key, signature[8:], b"cosignature/v1\ntime %d\n" % timestamp + text)
 
     @staticmethod
     def timestamp(signature: bytes) -> int:
