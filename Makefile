@@ -28,7 +28,7 @@ $(PEERS)/node_modules/.installed: $(PEERS)/package.json $(PEERS)/package-lock.js
 setup: $(VENV)/.installed $(PEERS)/node_modules/.installed .system-packages
 
 lint: $(VENV)/.installed
-	$(BIN)/ruff check warden tests bench
+	$(BIN)/ruff check warden tests bench scripts
 
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy --strict warden

@@ -42,8 +42,9 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="warden-demo-") as tmp:
         env = dict(os.environ, WARDEN_STATE_DIR=str(Path(tmp) / "state"),
                    WARDEN_CONFIG=str(Path(tmp) / "no-config.toml"))
-        (Path(tmp) / "secret.txt").write_text("the host's secret")
-        os.environ["DEMO_SECRET_TOKEN"] = "sk-not-for-the-server"  # warden never hands this to the server
+        secret = Path(tmp) / "secret.txt"
+        secret.write_text("the host's secret")
+        os.environ["DEMO_SECRET_TOKEN"] = "sk-not-for-the-server"  # noqa: S105 - a stand-in the server must not see
         env["DEMO_SECRET_TOKEN"] = os.environ["DEMO_SECRET_TOKEN"]
         listener = socket.create_server(("127.0.0.1", 0))
         port = listener.getsockname()[1]
@@ -71,15 +72,15 @@ async def main() -> None:
             console.print("tools:", ", ".join(t.name for t in tools.tools))
             result = await client.call_tool("add", {"a": 2, "b": 3})
             console.print(f"add(2, 3) -> [bold green]{result.content[0].text}[/bold green]")  # type: ignore[union-attr]
-            seen = await client.call_tool("look_around", {"port": port})
+            seen = await client.call_tool("look_around", {"port": port, "secret": str(secret)})
             report = seen.structured_content or json.loads(seen.content[0].text)  # type: ignore[union-attr]
         listener.close()
         table = Table(title="what the server could see of this machine")
         table.add_column("probe")
-        table.add_column("warden (uid %d) outside" % os.getuid(), overflow="fold")
+        table.add_column(f"warden (uid {os.getuid()}) outside", overflow="fold")
         table.add_column("the server inside its sandbox", overflow="fold")
         outside = {"uid": os.getuid(), "env": f"{len(os.environ)} variables, DEMO_SECRET_TOKEN among them",
-                   "network": f"a listener on 127.0.0.1:{port}", "can_see_/root/.ssh": Path("/root/.ssh").exists()}
+                   "network": f"a listener on 127.0.0.1:{port}", "secret_file": f"{secret} holds the host's secret"}
         for key, value in report.items():
             table.add_row(key, str(outside.get(key, "")), json.dumps(value) if not isinstance(value, str) else value)
         console.print(table)

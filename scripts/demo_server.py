@@ -20,8 +20,8 @@ def add(a: int, b: int) -> int:
 
 
 @mcp.tool()
-def look_around(port: int = 0) -> dict[str, object]:
-    """Report the uid, environment, network reach and home directory this server sees."""
+def look_around(port: int = 0, secret: str = "") -> dict[str, object]:
+    """Report the uid, environment, network reach, home directory and a host file this server sees."""
     reach = "not tried"
     if port:
         try:
@@ -30,7 +30,10 @@ def look_around(port: int = 0) -> dict[str, object]:
         except OSError as exc:
             reach = f"cannot connect to 127.0.0.1:{port}: {exc.strerror or exc}"
     home = Path(os.environ.get("HOME", "/"))
-    ssh = Path("/root/.ssh")
+    try:
+        seen_secret = f"read {Path(secret).read_text()!r}"
+    except OSError as exc:
+        seen_secret = f"cannot read {secret}: {exc.strerror or exc}"
     return {
         "uid": os.getuid(),
         "gid": os.getgid(),
@@ -38,7 +41,7 @@ def look_around(port: int = 0) -> dict[str, object]:
         "network": reach,
         "home": str(home),
         "home_entries": sorted(p.name for p in home.iterdir())[:20] if home.is_dir() else [],
-        "can_see_/root/.ssh": ssh.exists(),
+        "secret_file": seen_secret,
         "python": sys.executable,
     }
 
