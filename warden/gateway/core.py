@@ -39,7 +39,7 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
-from warden.policy import Decision, Effect, EntryKind, HostCapabilities, PinEntry
+from warden.policy import Decision, Effect, EntryKind, HostCapabilities
 from warden.policy.pins import digest as pin_digest
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
@@ -89,16 +89,6 @@ _LIST_CHANGED: Final[Mapping[str, tuple[str, ...]]] = {
     "notifications/prompts/list_changed": ("prompts/list",),
     "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
 }
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Allowed:
-    """Why a request may go ahead: the deciding rule, the approval it rests on, whether a human confirmed it."""
-
-    decision: Decision
-    approval: PinEntry | None
-    confirmed: bool
 
 
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
@@ -336,12 +326,7 @@ class Gateway:
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
         asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
-        target, allowed = await self._check(request.method, params, asker)
-        arguments = params.get("arguments") if request.method == "tools/call" else None
-        index = await self.recorder.decided(
-            method=request.method, target=target, decision=allowed.decision, approval=allowed.approval,
-            request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
-            confirmed=allowed.confirmed)
+        index = await self._authorize(request, params, asker)
         try:
             response, reply = await self._forward(request, ctx, params, sink)
         except WardenError as exc:
@@ -498,12 +483,7 @@ class Gateway:
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
-            target, allowed = await self._check(method, params, asker)
-            arguments = params.get("arguments") if method == "tools/call" else None
-            index = await self.recorder.decided(
-                method=method, target=target, decision=allowed.decision, approval=allowed.approval,
-                request=request.raw, arguments=arguments if isinstance(arguments, dict) else None,
-                confirmed=allowed.confirmed)
+            index = await self._authorize(request, params, asker)
             forwarded = strip_host_meta(params)
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
@@ -657,14 +637,15 @@ class Gateway:
         return ctx.era is Era.LEGACY and link.legacy is not None and \
             HostCapabilities.from_client_capabilities(link.legacy.capabilities).elicitation_form
 
-    async def _check(self, method: str, params: Mapping[str, Any], asker: Asker | None) -> tuple[str, _Allowed]:
+    async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None) -> int | None:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human (through ``asker``, when
-        there is a way to reach one) when the policy says so. Returns the target (tool, prompt or URI) and the
-        allowing decision. A refusal is recorded before it is raised.
+        there is a way to reach one) when the policy says so. The decision is recorded durably either way; an
+        allowed request's record index is returned (its outcome is tied to it), a refusal is raised.
 
         Raises:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
         """
+        method = request.method
         await self._know_lists(method)
         channel = asker is not None
         name = params.get("uri" if method == "resources/read" else "name")
@@ -678,7 +659,9 @@ class Gateway:
         for _ in range(3):
             decision = self._decide(method, params, channel=channel, confirmed=confirmed)
             if decision.effect is Effect.ALLOW:
-                return name, _Allowed(decision, self.guard.approval(kind, name), confirmed is not None)
+                return await self.recorder.decided(
+                    method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
+                    request=request.raw, arguments=arguments, confirmed=confirmed is not None)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
