@@ -19,7 +19,7 @@ import trio
 from tests.http_client.httpserver import Exchange, HttpServer, Seen, rpc_error, rpc_result
 from warden.protocol.eras import Era
 from warden.transport.http_client import HttpConnector, http_config
-from warden.upstream.connection import EraCache, Reply, Upstream, UpstreamOptions
+from warden.upstream.connection import Reply, Upstream, UpstreamOptions
 
 MODERN_TOOLS: list[dict[str, Any]] = [
     {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},
@@ -214,19 +214,16 @@ async def connected(handler: Callable[[Exchange], Awaitable[None]], *, path: str
                     server: HttpServer | None = None, **limits: Any) -> AsyncIterator[Connected]:
     """An :class:`Upstream` over warden's HTTP client to ``handler`` on 127.0.0.1, connected (handshake done).
 
-    ``legacy`` pre-seeds the era cache (as a known-legacy configuration would), skipping the probe.
+    ``legacy``: the era is known to be legacy (as after an earlier connection), so the probe is skipped.
     """
     server = server or HttpServer(handler)
     recorder = recorder or Recorder()
     async with trio.open_nursery() as outer:
         await outer.start(server.serve)
         connector = HttpConnector(http_config(server.url(path), headers=headers, **limits), "mock")
-        cache = EraCache()
-        if legacy:
-            cache.set(connector.config_key, Era.LEGACY)
         upstream = Upstream(name="mock", connector=connector, handler=recorder,
                             options=options or UpstreamOptions(probe_timeout=5, request_timeout=10),
-                            era_cache=cache)
+                            known_era=Era.LEGACY if legacy else None)
         upstream.set_legacy_capabilities({"elicitation": {}})
         async with trio.open_nursery() as inner:  # stopped first, so the server sees warden's goodbye
             await inner.start(upstream.run)

@@ -17,7 +17,7 @@ from warden.errors import IncompatibleServer
 from warden.protocol.eras import Era
 from warden.transport import http_client
 from warden.transport.http_client import HttpConnector, http_config
-from warden.upstream.connection import EraCache, Upstream, UpstreamOptions
+from warden.upstream.connection import Upstream, UpstreamOptions
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"
 
@@ -237,10 +237,8 @@ async def test_SS04_a_cached_http_sse_answer_that_no_longer_holds_is_dropped() -
         await nursery.start(server.serve)
         connector = HttpConnector(http_config(server.url()), "t")
         connector.legacy_transport = http_client._Transport.SSE
-        cache = EraCache()
-        cache.set(connector.config_key, Era.LEGACY)
         upstream = Upstream(name="t", connector=connector, handler=Recorder(), options=UpstreamOptions(),
-                            era_cache=cache)
+                            known_era=Era.LEGACY)
         upstream.set_legacy_capabilities({})
         await nursery.start(upstream.run)
         with trio.fail_after(20):

@@ -156,10 +156,6 @@ class _Refused:
     def __init__(self, error: WardenError) -> None:
         self._error = error
 
-    @property
-    def config_key(self) -> str:
-        return "refused"
-
     async def connect(self) -> Connection:
         raise self._error
 

@@ -419,7 +419,7 @@ def _local_error(id_raw: bytes, code: int, message: str) -> ErrorResponse:
 class HttpConnector:
     """Makes :class:`HttpConnection` objects to one configured URL.
 
-    ``config_key`` (the era cache's key, ER01/ER14) is the URL: one endpoint, one era answer. The connector also
+    Besides the era answer its :class:`~warden.upstream.connection.Upstream` keeps (ER01), the connector
     remembers which *legacy* transport the URL speaks, so a reconnection after a lost session does not try the
     Streamable HTTP POST again when the server only speaks HTTP+SSE (SS04 asks for that order once, not on every
     reconnection).
@@ -430,10 +430,6 @@ class HttpConnector:
         self._name = name
         self.legacy_transport: _Transport | None = None
         self.connections = 0
-
-    @property
-    def config_key(self) -> str:
-        return "http\0" + self.settings.url
 
     async def connect(self) -> HttpConnection:
         """A new connection, once the server's port accepts TCP connections.

@@ -208,11 +208,6 @@ class Connection(Protocol):
 class Connector(Protocol):
     """Makes connections to one configured server."""
 
-    @property
-    def config_key(self) -> str:
-        """Identifies the configuration, for the era cache (ER14)."""
-        ...
-
     async def connect(self) -> Connection:
         """Open a new connection, or raise ``LaunchError`` / ``SandboxUnavailable``."""
         ...
@@ -278,30 +273,9 @@ class StdioConnector:
         self._name = name
         self.stderr = StderrTail(name)
 
-    @property
-    def config_key(self) -> str:
-        return "\0".join(self.spec.argv)
-
     async def connect(self) -> ProcessConnection:
         child = await self.launcher.launch(self.spec)
         return ProcessConnection(child, self._options, self.stderr, self._name)
-
-
-class EraCache:
-    """The era answer per launch configuration (ER01, ER14): a process of a known-legacy configuration skips the
-    probe. Shared by all restarts of a configuration; dropped when a process answers differently (ER17)."""
-
-    def __init__(self) -> None:
-        self._eras: dict[str, Era] = {}
-
-    def get(self, key: str) -> Era | None:
-        return self._eras.get(key)
-
-    def set(self, key: str, era: Era) -> None:
-        self._eras[key] = era
-
-    def drop(self, key: str) -> None:
-        self._eras.pop(key, None)
 
 
 class _ModernOnly(IncompatibleServer):
@@ -560,19 +534,22 @@ class Upstream:
 
     Args:
         name: the server's name in logs, pins and audit records.
-        connector: makes connections (a sandboxed process, an HTTP session); its ``config_key`` keys the era cache.
+        connector: makes connections (a sandboxed process, an HTTP session) to one server configuration.
+        known_era: the era this configuration answered before, if known (a legacy answer skips the probe).
 
     What warden declares to a legacy server in ``initialize`` is unknown until a host connects: a legacy handshake
     waits for :meth:`set_legacy_capabilities`.
     """
 
     def __init__(self, *, name: str, connector: Connector, handler: UpstreamHandler,
-                 options: UpstreamOptions | None = None, era_cache: EraCache | None = None) -> None:
+                 options: UpstreamOptions | None = None, known_era: Era | None = None) -> None:
         self.name = name
         self.connector = connector
         self.handler = handler
         self.options = options or UpstreamOptions()
-        self.era_cache = era_cache or EraCache()
+        self.known_era = known_era
+        """The era answer of this configuration, kept across restarts (ER01, ER14); dropped when a process
+        answers differently (ER17)."""
         self._session: _Session | None = None
         self._ready = trio.Event()
         self._fatal: WardenError | None = None
@@ -793,7 +770,7 @@ class Upstream:
             nursery.start_soon(output_closed)
 
     async def _establish(self, session: _Session) -> ServerDescription:
-        cached = self.era_cache.get(self.connector.config_key)
+        cached = self.known_era
         if cached is not Era.LEGACY:
             session.era = Era.MODERN
             probe = StdioProbe(MODERN_VERSIONS)
@@ -818,7 +795,7 @@ class Upstream:
             if isinstance(step, Incompatible):
                 raise IncompatibleServer(f"{self.name}: {step.reason}")
             if isinstance(step, Modern):
-                self.era_cache.set(self.connector.config_key, Era.MODERN)
+                self.known_era = Era.MODERN
                 discover = step.discover
                 info = discover.server_info() or {"name": self.name, "version": "unknown"}
                 log.info("%s: modern server (%s)", self.name, step.version)
@@ -826,7 +803,7 @@ class Upstream:
                                          discover.instructions)
             assert isinstance(step, Legacy)
             log.info("%s: legacy server (%s)", self.name, step.reason)
-            self.era_cache.set(self.connector.config_key, Era.LEGACY)
+            self.known_era = Era.LEGACY
             if step.fresh_process:
                 raise _Respawn
         session.era = Era.LEGACY
@@ -835,7 +812,7 @@ class Upstream:
             init = await self._handshake(session, self._legacy_capabilities or {})
         except _ModernOnly:
             if cached is Era.LEGACY:
-                self.era_cache.drop(self.connector.config_key)  # ER17: this build answers differently now; probe again
+                self.known_era = None  # ER17: this build answers differently now; probe again
                 raise _Respawn from None
             raise
         log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
