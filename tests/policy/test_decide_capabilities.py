@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from warden.policy import (
     check_elicitation_url,
     decide,
     filter_roots,
+    launch_facts,
     resolve_argument_paths,
 )
 from warden.policy.pins import arguments_digest
@@ -350,24 +352,54 @@ def test_lists_prompts_resources_are_gated_the_same(tmp_path: Path) -> None:
 
 
 def test_launch_decisions(tmp_path: Path) -> None:
-    org = """
+    (tmp_path / "srv" / "data").mkdir(parents=True)
+    org = f"""
 [org]
 commands = ["srv *"]
 env = ["OK_*"]
-read_dirs = ["/srv"]
+read_dirs = ["{tmp_path}/srv"]
 """
     sp = server(tmp_path, argv=("srv", "--x"), org=org,
-                user="[servers.s]\nenv=['OK_A']\n[servers.s.sandbox]\nread_dirs=['/srv/data']\n")
-    assert decide(LaunchFacts(sp)).allowed
-    assert "not among the commands" in decide(LaunchFacts(sp, argv=("evil",))).reason
-    assert "may not be passed" in decide(LaunchFacts(sp, env_names=("SECRET",))).reason
+                user=f"[servers.s]\nenv=['OK_A']\n[servers.s.sandbox]\nread_dirs=['{tmp_path}/srv/data']\n")
+    assert decide(launch_facts(sp)).allowed
+    assert "not among the commands" in decide(replace(launch_facts(sp), argv=("evil",))).reason
+    assert "may not be passed" in decide(replace(launch_facts(sp), env_names=("SECRET",))).reason
     bad = server(tmp_path, argv=("srv", "a"), org=org, user="[servers.s.sandbox]\nread_dirs=['/home']\n")
-    assert "outside the org's read_dirs" in decide(LaunchFacts(bad)).reason
+    assert "outside the org's read_dirs" in decide(launch_facts(bad)).reason
+    missing = server(tmp_path, argv=("srv", "a"), org=org,
+                     user=f"[servers.s.sandbox]\nread_dirs=['{tmp_path}/srv/none']\n")
+    assert "does not exist" in decide(launch_facts(missing)).reason
+    assert "does not exist" in decide(LaunchFacts(sp)).reason  # facts without real paths pass no ceiling
     declared = server(tmp_path, argv=("other",), user="[servers.s]\ncommand='srv'\nargs=['a']\n")
-    d = decide(LaunchFacts(declared))
+    d = decide(launch_facts(declared))
     assert d.effect is Effect.DENY
     assert "is configured to run 'srv a'" in d.reason
-    assert decide(LaunchFacts(server(tmp_path, argv=()))).effect is Effect.DENY
+    assert decide(launch_facts(server(tmp_path, argv=()))).effect is Effect.DENY
+
+
+@pytest.mark.parametrize("label", ["read", "write"])
+def test_a_symlink_in_the_user_dirs_does_not_lead_outside_the_org_dirs(tmp_path: Path, label: str) -> None:
+    """The sandbox mounts what a dir resolves to, so the org ceiling is checked on the real path too: a user's
+    ``{label}_dirs`` entry that is a symlink (inside the org's dirs) to /etc is refused."""
+    allowed = tmp_path / "home"
+    allowed.mkdir()
+    (allowed / "etc").symlink_to("/etc")
+    (allowed / "work").mkdir()
+    org = f"[org]\n{label}_dirs = ['{allowed}']\n"
+
+    def launch(entry: Path) -> str:
+        sp = server(tmp_path, org=org, user=f"[defaults.sandbox]\n{label}_dirs = ['{entry}']\n")
+        d = decide(launch_facts(sp))
+        return "allowed" if d.allowed else d.reason
+
+    assert launch(allowed / "work") == "allowed"
+    assert launch(allowed / "etc") == (f"sandbox {label} dir '{allowed}/etc' leads through a symlink to '/etc', "
+                                       f"outside the org's {label}_dirs")
+    linked_org = tmp_path / "org-link"  # the org's own dir may be a symlink: its real path is what counts
+    linked_org.symlink_to(allowed)
+    org = f"[org]\n{label}_dirs = ['{linked_org}']\n"
+    assert launch(linked_org / "work") == "allowed"
+    assert "outside the org's" in launch(linked_org / "etc")
 
 
 def test_decisions_are_deterministic(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ from warden.gateway.mrtr import load_state_key
 from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
 from warden.launcher import Launcher, LaunchSpec
-from warden.policy import LaunchFacts, PinStore, ServerPolicy, decide, launch_manifest, load_effective_policy
+from warden.policy import PinStore, ServerPolicy, decide, launch_facts, launch_manifest, load_effective_policy
 from warden.policy.pins import digest as canonical_digest
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.protocol.request_state import StateSigner
@@ -163,7 +163,7 @@ class _Refused:
 def _launcher_for(server: ServerPolicy, spec: LaunchSpec | None, state_dir: Path,
                   env: Mapping[str, str]) -> Launcher:
     """The launcher the policy allows for ``server`` (fail closed: a refusal raises ``LaunchError``)."""
-    decision = decide(LaunchFacts(server))
+    decision = decide(launch_facts(server))
     if not decision.allowed or spec is None:
         raise LaunchError(f"launch refused: {decision.reason} [{decision.rule}]", hint=decision.hint)
     return make_launcher(server.sandbox.value, state_dir=state_dir, host_env=env)
@@ -173,7 +173,7 @@ def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, header
                     options: UpstreamOptions) -> tuple[Connector, dict[str, Any]]:
     """A remote server: nothing to launch or sandbox; the org's command rules still apply to its URL. Header values
     come from the environment; the identity manifest names the URL and the header *names* only."""
-    decision = decide(LaunchFacts(server))
+    decision = decide(launch_facts(server))
     if not decision.allowed:
         raise LaunchError(f"connection refused: {decision.reason} [{decision.rule}]", hint=decision.hint)
     headers = headers_from_env(header_specs, ctx.env)

@@ -4,7 +4,7 @@ How the gateway uses this package (one upstream server ``S`` launched as ``argv`
 
     policy = load_effective_policy(ctx.config_path, None, ctx.env)   # ConfigError (file:line) if invalid
     sp = policy.server(S, argv)                                     # ServerPolicy; ad-hoc servers get defaults
-    d = decide(LaunchFacts(sp))                                     # DENY -> do not start; print d.reason, d.hint
+    d = decide(launch_facts(sp))                                    # DENY -> do not start; print d.reason, d.hint
     # start with sp.sandbox.value, env built from sp.env_names.value; audit records carry sp.digest
     store = PinStore(ctx.private_state_dir())
     manifest = launch_manifest(argv, sp.env_names.value, launcher.manifest(spec), sp.network.value)
@@ -56,7 +56,7 @@ from warden.policy._effective import (
     load_effective_policy,
 )
 from warden.policy._explain import explain
-from warden.policy._fs import filter_roots, resolve_argument_paths, resolve_root
+from warden.policy._fs import filter_roots, launch_facts, resolve_argument_paths, resolve_root
 from warden.policy._glob import GlobSyntaxError, compile_glob, glob_match
 from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_file
@@ -101,6 +101,7 @@ __all__ = [
     "glob_match",
     "hidden_chars",
     "identity_digest",
+    "launch_facts",
     "launch_manifest",
     "load_effective_policy",
     "load_policy_file",

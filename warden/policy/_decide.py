@@ -91,12 +91,16 @@ class HostCapabilities:
 @final
 @dataclass(frozen=True, slots=True)
 class LaunchFacts:
-    """A server about to be started. ``argv``/``env_names``/``sandbox`` default to the server policy's own."""
+    """A server about to be started (gather with ``warden.policy.launch_facts``). ``argv``/``env_names``/``sandbox``
+    default to the server policy's own. ``real_paths``: the real path (symlinks resolved; None: it does not exist)
+    of each sandbox dir and org dir ceiling, since the sandbox mounts what a dir resolves to; without them no dir
+    passes an org ceiling."""
 
     server: ServerPolicy
     argv: tuple[str, ...] | None = None
     env_names: tuple[str, ...] | None = None
     sandbox: SandboxSettings | None = None
+    real_paths: Mapping[str, str | None] = field(default_factory=dict)
 
 
 @final
@@ -525,6 +529,14 @@ def _decide_launch(f: LaunchFacts) -> Decision:
             if not any(within(posixpath.normpath(d), b) for b in ceiling.value):
                 return Decision(Effect.DENY, f"sandbox {label} dir {d!r} lies outside the org's {label}_dirs",
                                 ceiling.source)
+            real = f.real_paths.get(d)
+            if real is None:
+                return Decision(Effect.DENY, f"sandbox {label} dir {d!r} does not exist (or was not resolved), so "
+                                             f"it cannot be checked against the org's {label}_dirs", ceiling.source,
+                                hint="create it, or remove it from the server's policy")
+            if not any(within(real, r) for b in ceiling.value if (r := f.real_paths.get(b)) is not None):
+                return Decision(Effect.DENY, f"sandbox {label} dir {d!r} leads through a symlink to {real!r}, "
+                                             f"outside the org's {label}_dirs", ceiling.source)
     if sandbox.network != "none":  # pragma: no cover - the model admits only "none" for now
         return Decision(Effect.DENY, "network access is not available yet", _builtin("network"))
     return Decision(Effect.ALLOW, f"launch of {render_visible(line)!r} allowed", rule)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import shlex
 
-from warden.policy._decide import Decision, Effect, LaunchFacts, ToolCallFacts, decide
+from warden.policy._decide import Decision, Effect, ToolCallFacts, decide
 from warden.policy._effective import LayerRules, ServerPolicy, Setting
+from warden.policy._fs import launch_facts
 from warden.policy.pins._types import PinState
 
 __all__ = ["explain"]
@@ -31,7 +32,7 @@ def explain(sp: ServerPolicy, tool: str | None = None) -> tuple[list[str], Decis
     lines = [f"server {sp.name!r}", f"  policy digest {sp.digest}"]
     for layer, f in sp.policy_files.items():
         lines.append(f"  {layer} file: {f}")
-    launch = decide(LaunchFacts(sp))
+    launch = decide(launch_facts(sp))
     lines.append(f"  launch: {shlex.join(sp.argv) if sp.argv else '(no command)'}")
     lines.append(f"    -> {launch.effect.value}: {launch.reason} <- {launch.rule}")
     if sp.declared_argv:

@@ -11,12 +11,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from warden.policy._decide import Decision, RootFacts, _values, decide, normalize_path
+from warden.policy._decide import Decision, LaunchFacts, RootFacts, _values, decide, normalize_path
 from warden.policy._effective import ServerPolicy
 from warden.policy._glob import glob_match
 from warden.protocol.roots import RootError, normalize_file_uri, path_to_file_uri
 
-__all__ = ["filter_roots", "resolve_argument_paths", "resolve_root"]
+__all__ = ["filter_roots", "launch_facts", "resolve_argument_paths", "resolve_root"]
 
 
 def _real(path: str) -> str | None:
@@ -24,6 +24,16 @@ def _real(path: str) -> str | None:
         return os.path.realpath(path, strict=True)
     except OSError:
         return None
+
+
+def launch_facts(server: ServerPolicy) -> LaunchFacts:
+    """The facts of launching ``server`` as its policy stands, with the real paths of its sandbox dirs and of the
+    org's dir ceilings: a symlink in a user's ``read_dirs`` must not lead the mount outside the org's."""
+    sandbox, ceilings = server.sandbox.value, server.ceilings
+    paths = {*sandbox.read_dirs, *sandbox.write_dirs}
+    for ceiling in (ceilings.read_dirs, ceilings.write_dirs):
+        paths.update(ceiling.value if ceiling is not None else ())
+    return LaunchFacts(server, real_paths={path: _real(path) for path in paths})
 
 
 def resolve_root(server: ServerPolicy, uri: Any) -> RootFacts:
