@@ -134,6 +134,13 @@ def test_landlock_required_where_the_kernel_has_none_is_refused(monkeypatch: pyt
     BwrapLauncher(SandboxSettings(landlock="off"), state_dir=state_dir)._preflight()  # off: not needed
 
 
+def test_landlock_required_of_a_container_sandbox_is_refused(state_dir: Path) -> None:
+    """Only the bwrap launcher runs the Landlock shim: a container asked for it must not start without it."""
+    settings = SandboxSettings(kind="container", landlock="require")
+    with pytest.raises(LaunchError, match='landlock = "require" is enforced by the bwrap sandbox only'):
+        make_launcher(settings, state_dir=state_dir)
+
+
 def test_missing_seccomp_support_is_refused(monkeypatch: pytest.MonkeyPatch, state_dir: Path) -> None:
     from warden.sandbox import _host
 

@@ -133,6 +133,9 @@ class ContainerLauncher:
         if settings.image is not None and settings.rootfs is not None:
             raise LaunchError("a container sandbox takes an image or a rootfs, not both",
                               hint="remove one of `image` / `rootfs`")
+        if settings.landlock == "require":
+            raise LaunchError('landlock = "require" is enforced by the bwrap sandbox only; a container sandbox '
+                              "would run the server without it", hint='use kind = "bwrap", or landlock = "off"')
         self._settings = settings
         self._state_dir = state_dir
         self._host_env = dict(os.environ if host_env is None else host_env)
