@@ -46,8 +46,9 @@ class SandboxSettings(BaseModel):
     ``read_dirs`` / ``write_dirs`` are host paths bound at the same path inside (read-only / read-write);
     ``workdir`` is where the server starts (default: the launch spec's cwd, else the first write dir, else the
     sandbox home). ``landlock = "require"`` refuses to start where the kernel lacks Landlock, or in a container
-    sandbox (only bwrap runs the Landlock layer); ``"off"`` (default) relies on the mount namespace alone. ``engine_path`` pins the container engine binary (default: found on
-    PATH); ``image`` (``name@sha256:...``) or ``rootfs`` (a directory) says what the container runs.
+    sandbox (only bwrap runs the Landlock layer); ``"off"`` (default) relies on the mount namespace alone.
+    ``engine_path`` pins the container engine binary (default: found on PATH); ``image`` (``name@sha256:...``)
+    or ``rootfs`` (a directory) says what the container runs.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
