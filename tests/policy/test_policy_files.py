@@ -162,6 +162,16 @@ def test_missing_explicit_org_policy_fails_closed(tmp_path: Path) -> None:
         load_effective_policy(None, None, {"WARDEN_ORG_POLICY": str(tmp_path / "nope.toml")})
 
 
+def test_missing_explicit_config_fails_closed(tmp_path: Path) -> None:
+    """``--config`` with a mistyped path is refused, not read as "no config" (which would drop its deny rules);
+    a missing default config is the shipped defaults."""
+    missing = tmp_path / "typo.toml"
+    r = warden("--config", str(missing), "policy", "explain", "--server", "s")
+    assert r.returncode == ConfigError.exit_code, r.stderr
+    assert f"config file {missing} does not exist" in r.stderr
+    assert load_effective_policy(missing).server("s", ["srv"]).on_new.source.layer == "default"
+
+
 def test_ad_hoc_server_gets_defaults_and_org_ceilings(tmp_path: Path) -> None:
     p = policy_from(tmp_path, user="[servers.other]\ncommand='x'\n",
                     org="[org]\ncommands=['npx *']\n[defaults]\non_new='ask'\n")

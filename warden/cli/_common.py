@@ -21,6 +21,8 @@ T = TypeVar("T")
 class CommandContext:
     state_dir: Path
     config_path: Path
+    config_required: bool
+    """``--config`` named the file, so it must exist."""
     env: Mapping[str, str]
 
     @classmethod
@@ -28,6 +30,7 @@ class CommandContext:
         return cls(
             state_dir=resolve_state_dir(args.state_dir, env),
             config_path=resolve_config_path(args.config, env),
+            config_required=args.config is not None,
             env=dict(env),
         )
 

@@ -53,7 +53,7 @@ def explain_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     argv = list(args.command)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    policy = load_effective_policy(ctx.config_path, args.org_policy, ctx.env)
+    policy = load_effective_policy(ctx.config_path, args.org_policy, ctx.env, config_required=ctx.config_required)
     sp = policy.server(args.server, argv or None)
     lines, _ = explain(sp, args.tool)
     print("\n".join(lines))

@@ -197,7 +197,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         ConfigError: the config or org policy is invalid (nothing runs until it is fixed).
         StateError: the state directory is unsafe.
     """
-    policy = load_effective_policy(ctx.config_path, None, ctx.env)
+    policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=ctx.config_required)
     server = policy.server(name, argv)
     state_dir = ctx.private_state_dir()
     store = PinStore(state_dir)

@@ -370,12 +370,13 @@ def _least_bool(u: Setting[Any] | None, o: Setting[Any] | None) -> Setting[bool]
 
 
 def load_effective_policy(config_path: Path | None, org_policy_path: Path | None = None,
-                          env: Mapping[str, str] | None = None) -> EffectivePolicy:
+                          env: Mapping[str, str] | None = None, *, config_required: bool = False) -> EffectivePolicy:
     """Load the org policy and the user config into an :class:`EffectivePolicy`.
 
     ``org_policy_path`` given explicitly must exist; otherwise ``$WARDEN_ORG_POLICY`` (must exist) or
     ``/etc/warden/policy.toml`` (optional) is used. A missing user config means the shipped defaults
-    (``policies/default.toml`` says the same thing in a file).
+    (``policies/default.toml`` says the same thing in a file), unless ``config_required`` (``--config`` named
+    it): a mistyped path must not drop the user's deny rules unnoticed.
 
     Raises:
         ConfigError: a file that must exist is missing, or any file is invalid (with file:line).
@@ -392,7 +393,10 @@ def load_effective_policy(config_path: Path | None, org_policy_path: Path | None
                               hint="fix WARDEN_ORG_POLICY or create the file")
         org = load_policy_file(org_path, "org")
     user: LoadedFile | None = None
-    if config_path is not None and config_path.exists():
+    if config_path is not None and (config_path.exists() or config_required):
+        if not config_path.exists():
+            raise ConfigError(f"config file {config_path} does not exist",
+                              hint="fix the --config path, or drop --config to use the default config")
         user = load_policy_file(config_path, "user")
     return EffectivePolicy(org, user)
 
