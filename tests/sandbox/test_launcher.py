@@ -15,6 +15,7 @@ import trio
 from tests.sandbox.conftest import IS_ROOT
 from tests.security.harness import probe_argv, sandbox_processes
 from tests.support import sandbox_writable
+from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.sandbox import BwrapChild, SandboxSettings, make_launcher
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE
@@ -62,6 +63,27 @@ async def test_kill_leaves_no_survivors(state_dir: Path) -> None:
     assert sandbox_processes(token) == []
     with pytest.raises(ProcessLookupError):  # bwrap reaped the sandbox's init: not even a zombie is left
         os.kill(child.sandbox_pid, 0)
+
+
+async def test_a_restart_that_would_mount_another_dir_than_the_pinned_one_is_refused(state_dir: Path,
+                                                                                      host_dir: Path) -> None:
+    """The manifest is the server's pinned identity: re-pointing a read_dirs symlink while warden runs must not
+    slip a different mount into the server's next start."""
+    for name in ("approved", "other"):
+        (host_dir / name).mkdir()
+    link = host_dir / "data"
+    link.symlink_to(host_dir / "approved")
+    launcher = make_launcher(SandboxSettings(read_dirs=(str(link),)), state_dir=state_dir)
+    spec = LaunchSpec(argv=("/bin/sh", "-c", "exit 0"))
+    approved = str(host_dir / "approved")
+    assert ["ro-bind", approved, approved] in launcher.manifest(spec)["mounts"]
+    child = await launcher.launch(spec)
+    assert await child.wait() == 0
+    link.unlink()
+    link.symlink_to(host_dir / "other")
+    with pytest.raises(LaunchError, match=r"the sandbox for '/bin/sh' would now differ from the one pinned when "
+                                          r"warden started \(mounts changed\)"):
+        await launcher.launch(spec)
 
 
 async def test_no_secret_in_any_command_line_or_bwrap_s_environment(state_dir: Path) -> None:

@@ -32,7 +32,15 @@ from warden.launcher import LaunchSpec
 from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
 from warden.sandbox._data import data_dir
-from warden.sandbox._plan import PRLIMIT, SETPRIV, SYSTEM_PYTHON, SandboxPlan, bwrap_args, make_plan
+from warden.sandbox._plan import (
+    PRLIMIT,
+    SETPRIV,
+    SYSTEM_PYTHON,
+    PinnedSandboxes,
+    SandboxPlan,
+    bwrap_args,
+    make_plan,
+)
 from warden.sandbox._process import (
     PipedChild,
     PrefixedReceiveStream,
@@ -220,6 +228,7 @@ class BwrapLauncher:
         self._bwrap = bwrap
         self._profiles: Profiles | None = None
         self._rules: RuleList | None = None
+        self._pinned = PinnedSandboxes()
 
     @property
     def privileged(self) -> bool:
@@ -248,9 +257,13 @@ class BwrapLauncher:
         from warden.sandbox._uids import SANDBOX_GID, UID_BASE
 
         uid, gid = (UID_BASE, SANDBOX_GID) if self.privileged else (os.getuid(), os.getgid())
-        manifest = dict(self._plan(spec, uid=uid, gid=gid).manifest)
+        return self._manifest(spec, self._plan(spec, uid=uid, gid=gid))
+
+    def _manifest(self, spec: LaunchSpec, plan: SandboxPlan) -> dict[str, Any]:
+        manifest = dict(plan.manifest)
         if self._settings.landlock == "require":
             manifest["landlock_abi"] = _host.landlock_abi()
+        self._pinned.check(spec, manifest)
         return manifest
 
     def bwrap(self) -> BwrapBinary:
@@ -302,6 +315,7 @@ class BwrapLauncher:
         try:
             uid, gid = (slot.uid, slot.gid) if slot is not None else (os.getuid(), os.getgid())
             plan = self._plan(spec, uid=uid, gid=gid)
+            self._manifest(spec, plan)
             if plan.privileged:
                 check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
             seccomp_fd = _memfd("warden-seccomp", program)

@@ -31,7 +31,7 @@ from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
 from warden.paths import ensure_private_dir
 from warden.sandbox._data import data_dir
-from warden.sandbox._plan import SandboxPlan, make_plan
+from warden.sandbox._plan import PinnedSandboxes, SandboxPlan, make_plan
 from warden.sandbox._process import (
     READY_SHIM,
     PipedChild,
@@ -43,7 +43,6 @@ from warden.sandbox._process import (
 )
 from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._runtime import Runtime, detect_runtime
-from warden.sandbox._seccomp import load_rules
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, check_writable_by_sandboxes
 from warden.sandbox.settings import SandboxSettings
 
@@ -140,6 +139,7 @@ class ContainerLauncher:
         self._state_dir = state_dir
         self._host_env = dict(os.environ if host_env is None else host_env)
         self._profiles: Profiles | None = None
+        self._pinned = PinnedSandboxes()
 
     def _engine(self) -> str:
         path = self._settings.engine_path or shutil.which(self._settings.engine,
@@ -164,21 +164,22 @@ class ContainerLauncher:
         else:
             runtime = detect_runtime(spec.argv, setting=self._settings.profile, profiles=profiles,
                                      host_env=self._host_env, cwd=cwd)
-        rules = load_rules(data_dir() / "seccomp.toml")
         plan = make_plan(settings=self._settings, runtime=runtime, base=profiles.base, spec_env=spec.env,
                          spec_cwd=spec.cwd, state_dir=str(self._state_dir), privileged=False,
-                         uid=UID_BASE, gid=SANDBOX_GID, hard_caps={},
-                         seccomp_digest=rules.digest(network=False))
+                         uid=UID_BASE, gid=SANDBOX_GID, hard_caps={}, seccomp_digest="engine default")
         return plan, runtime
 
     def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
-        plan, _ = self._plan(spec)
+        return self._manifest(spec, self._plan(spec)[0])
+
+    def _manifest(self, spec: LaunchSpec, plan: SandboxPlan) -> dict[str, Any]:
         manifest = dict(plan.manifest)
         manifest.update({"kind": "container", "engine": self._settings.engine, "image": self._settings.image,
-                         "rootfs": self._settings.rootfs or "skeleton", "seccomp_sha256": "engine default"})
+                         "rootfs": self._settings.rootfs or "skeleton"})
         if self._settings.image is not None:
             manifest["mounts"] = [m for m in manifest["mounts"] if m[0] in ("bind", "ro-bind")
                                   and m[1] in (*self._settings.read_dirs, *self._settings.write_dirs)]
+        self._pinned.check(spec, manifest)
         return manifest
 
     def _args(self, plan: SandboxPlan, runtime: Runtime, *, name: str, uid: int, gid: int,
@@ -220,6 +221,7 @@ class ContainerLauncher:
         """
         engine = self._engine()
         plan, runtime = self._plan(spec)
+        self._manifest(spec, plan)
         if os.geteuid() == 0:
             check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
         env = {name: value for name, value in plan.env}

@@ -16,14 +16,16 @@ fresh for every run and hold nothing the sandbox left.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Literal, final
 
 from warden.errors import LaunchError
+from warden.launcher import LaunchSpec
 from warden.sandbox._process import READY_SHIM
 from warden.sandbox._profiles import BaseProfile
 from warden.sandbox._runtime import Runtime
@@ -385,3 +387,26 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
         args += ["--setenv", name, value]
     args += ["--chdir", plan.chdir, "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), *extra]
     return args
+
+
+@final
+class PinnedSandboxes:
+    """Holds each launch spec to the sandbox it was first described (or launched) with.
+
+    A launcher's manifest is hashed into the server's pinned identity when warden starts; a restart that would
+    plan another sandbox (a ``read_dirs`` symlink re-pointed, a runtime moved) is refused rather than run
+    unapproved. Specs are keyed by a digest, so their environment values are not kept.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, Mapping[str, Any]] = {}
+
+    def check(self, spec: LaunchSpec, manifest: Mapping[str, Any]) -> None:
+        """Remember ``manifest`` for ``spec``, or raise ``LaunchError`` if it differs from the remembered one."""
+        key = hashlib.sha256(json.dumps([spec.argv, spec.cwd, sorted(spec.env.items())]).encode()).hexdigest()
+        first = self._first.setdefault(key, manifest)
+        if first != manifest:
+            changed = sorted(k for k in {*first, *manifest} if first.get(k) != manifest.get(k))
+            raise LaunchError(f"the sandbox for {spec.argv[0]!r} would now differ from the one pinned when warden "
+                              f"started ({', '.join(changed)} changed)",
+                              hint="restart warden, then review the change: warden pins diff NAME")
