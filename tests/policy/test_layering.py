@@ -152,3 +152,11 @@ def test_unsandboxed_needs_the_org_to_say_so(tmp_path: Path) -> None:
     assert d.allowed
     no_org = EffectivePolicy(None, parse_policy(user, {}, path=Path("u.toml"), role="user")).server("s")
     assert decide(LaunchFacts(no_org)).allowed
+
+
+def test_every_setting_the_org_lowers_is_noted_for_explain() -> None:
+    org = {"org": {}, "defaults": {"capabilities": {"sampling": "off", "sampling_context": False}}}
+    eff = _policy(org, TOP_USER).server("s", ("srv", "x"))
+    assert (eff.sampling.value, eff.sampling_context.value) == ("off", False)
+    lowered = sorted(note.split(" = ", 1)[0] for note in eff.notes if " lowered to " in note)
+    assert lowered == ["capabilities.sampling", "capabilities.sampling_context"]

@@ -351,7 +351,7 @@ def _layers(server: ServerPolicy, kind: EntryKind) -> tuple[LayerRules, ...]:
         return server.prompts
     if kind in ("resource", "resource_template"):
         return server.resources
-    return ()
+    raise ValueError(f"{kind!r} entries have no name rules")  # no rules must never read as "nothing denies it"
 
 
 def _decide_tool(f: ToolCallFacts) -> Decision:

@@ -221,7 +221,7 @@ class _FileView:
         return tuple(out)
 
 
-def _least(order: Sequence[str], *settings: Setting[Any] | None) -> Setting[Any]:
+def _least(order: Sequence[Any], *settings: Setting[Any] | None) -> Setting[Any]:
     present = [s for s in settings if s is not None]
     return min(present, key=lambda s: order.index(s.value))
 
@@ -306,7 +306,7 @@ class EffectivePolicy:
                 if clamped:
                     sandbox = sandbox.model_copy(update={"limits": sandbox.limits.model_copy(update=clamped)})
 
-        def least(order: Sequence[str], attrs: tuple[str, ...], default: Any) -> Setting[Any]:
+        def least(order: Sequence[Any], attrs: tuple[str, ...], default: Any) -> Setting[Any]:
             u = user.pick(attrs) or Setting(default, Source("default", None, None, ".".join(attrs)))
             o = org.pick(attrs)
             eff = _least(order, o, u)
@@ -318,8 +318,7 @@ class EffectivePolicy:
         on_changed = least(ON_CHANGED_ORDER, ("on_changed",), "ask")
         sampling = least(SAMPLING_ORDER, ("capabilities", "sampling"), "off")
         elicitation = least(ELICITATION_ORDER, ("capabilities", "elicitation"), "off")
-        sampling_context = _least_bool(user.pick(("capabilities", "sampling_context")),
-                                       org.pick(("capabilities", "sampling_context")))
+        sampling_context = least((False, True), ("capabilities", "sampling_context"), False)
         u_audit = user.pick(("audit_arguments",)) or Setting("hash", Source("default", None, None, "audit_arguments"))
         o_audit = org.pick(("audit_arguments",))
         audit = u_audit
@@ -360,13 +359,6 @@ class EffectivePolicy:
             roots=roots, audit_arguments=audit, on_new=on_new, on_changed=on_changed, ceilings=ceilings,
             notes=tuple(notes), policy_files=files,
         )
-
-
-def _least_bool(u: Setting[Any] | None, o: Setting[Any] | None) -> Setting[bool]:
-    u = u or Setting(False, Source("default", None, None, "capabilities.sampling_context"))
-    if o is not None and not o.value:
-        return Setting(False, o.source) if u.value else u
-    return u
 
 
 def load_effective_policy(config_path: Path | None, org_policy_path: Path | None = None,
