@@ -1,4 +1,4 @@
-"""Where warden keeps its state and finds its config.
+"""Where warden keeps its state and finds its config; and :func:`within`, the one "path lies under" test.
 
 State (pins, keys, audit log) lives in one directory that no sandbox ever sees: ``--state-dir``, else
 ``$WARDEN_STATE_DIR``, else ``$XDG_STATE_HOME/warden``, else ``~/.local/state/warden``. The user config is
@@ -68,3 +68,11 @@ def ensure_private_dir(path: Path) -> Path:
         raise StateError(f"state directory {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700",
                          hint=f"run: chmod 700 {path}")
     return path
+
+
+def within(path: str, base: str) -> bool:
+    """True when normalised absolute ``path`` is ``base`` or lies below it (component-wise, not by prefix)."""
+    if base == "/":
+        return path.startswith("/")
+    base = base.rstrip("/")
+    return path == base or path.startswith(base + "/")

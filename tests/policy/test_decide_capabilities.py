@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.policy.helpers import server
+from warden.paths import within
 from warden.policy import (
     Effect,
     ElicitationFacts,
@@ -30,7 +31,7 @@ from warden.policy import (
     resolve_argument_paths,
 )
 from warden.policy.pins import arguments_digest
-from warden.protocol.roots import RootError, normalize_file_uri, path_to_file_uri, within
+from warden.protocol.roots import RootError, normalize_file_uri, path_to_file_uri
 
 A = PinState.APPROVED
 ALL = HostCapabilities(True, True, True, True, True, True)

@@ -8,6 +8,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from warden.paths import within
 from warden.policy import (
     Effect,
     EffectivePolicy,
@@ -22,7 +23,6 @@ from warden.policy import (
 )
 from warden.policy._load import parse_policy
 from warden.policy._model import AUDIT_ORDER, ELICITATION_ORDER, ON_CHANGED_ORDER, ON_NEW_ORDER, SAMPLING_ORDER
-from warden.protocol.roots import within
 
 GLOBS = ["*", "a*", "b*", "ab", "a?", "[ab]*", "c", "*b"]
 NAMES = ["a", "ab", "b", "ba", "c", "abc", "x"]

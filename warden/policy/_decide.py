@@ -17,12 +17,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final, final
 
+from warden.paths import within
 from warden.policy._effective import GlobRule, LayerRules, ServerPolicy, Source
 from warden.policy._glob import glob_match
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins._canonical import arguments_digest
 from warden.policy.pins._types import EntryKind, PinState
-from warden.protocol.roots import RootError, normalize_file_uri, normalize_segments, within
+from warden.protocol.roots import RootError, normalize_file_uri, normalize_segments
 from warden.sandbox.settings import SandboxSettings
 
 

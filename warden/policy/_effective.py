@@ -26,7 +26,8 @@ from typing import Any, Generic, Literal, TypeVar, final
 from pydantic import BaseModel
 
 from warden.errors import ConfigError
-from warden.policy._load import LoadedFile, load_policy_file, org_policy_path
+from warden.paths import within
+from warden.policy._load import LoadedFile, dotted, load_policy_file, org_policy_path
 from warden.policy._model import (
     AUDIT_ORDER,
     ELICITATION_ORDER,
@@ -175,13 +176,6 @@ def _set_along(model: BaseModel, attrs: Sequence[str]) -> tuple[bool, Any]:
     return True, cur
 
 
-def _dotted(path: Sequence[str | int]) -> str:
-    out = ""
-    for p in path:
-        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else p)
-    return out
-
-
 class _FileView:
     """One file's answers for one server: the server table first, then ``[defaults]``."""
 
@@ -193,8 +187,8 @@ class _FileView:
 
     def source(self, path: Sequence[str | int]) -> Source:
         if self.f is None:
-            return Source(self.layer, None, None, _dotted(path))
-        return Source(self.layer, str(self.f.path), self.f.line(tuple(path)), _dotted(path))
+            return Source(self.layer, None, None, dotted(path))
+        return Source(self.layer, str(self.f.path), self.f.line(tuple(path)), dotted(path))
 
     def tables(self) -> list[tuple[tuple[str, ...], ServerEntry]]:
         if self.f is None:
@@ -224,10 +218,6 @@ class _FileView:
 def _least(order: Sequence[Any], *settings: Setting[Any] | None) -> Setting[Any]:
     present = [s for s in settings if s is not None]
     return min(present, key=lambda s: order.index(s.value))
-
-
-def _within(path: str, base: str) -> bool:
-    return base == "/" or path == base or path.startswith(base.rstrip("/") + "/")
 
 
 def _rules(view: _FileView, kind: str, *, default_allow: bool) -> LayerRules:
@@ -331,7 +321,7 @@ class EffectivePolicy:
         roots_o = org.pick(("capabilities", "roots"))
         roots = roots_u
         if roots_o is not None:
-            kept = tuple(r for r in roots_u.value if any(_within(r, b) for b in roots_o.value))
+            kept = tuple(r for r in roots_u.value if any(within(r, b) for b in roots_o.value))
             for r in roots_u.value:
                 if r not in kept:
                     notes.append(f"root {r!r} ({roots_u.source}) dropped: outside the org roots {roots_o.source}")

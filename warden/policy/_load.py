@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, final
@@ -56,7 +56,8 @@ class LoadedFile:
         return line_of(dict(self.lines), path)
 
 
-def _dotted(path: KeyPath) -> str:
+def dotted(path: Sequence[str | int]) -> str:
+    """A key path as a reader writes it: ``servers.s.tools.allow[0]``."""
     out = ""
     for p in path:
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
@@ -66,7 +67,7 @@ def _dotted(path: KeyPath) -> str:
 def _problem(file: Path, lines: Mapping[KeyPath, int], loc: KeyPath, msg: str) -> str:
     line = line_of(dict(lines), loc)
     where = f"{file}:{line}" if line is not None else f"{file}"
-    return f"{where}: {_dotted(loc) or '(top level)'}: {msg}"
+    return f"{where}: {dotted(loc) or '(top level)'}: {msg}"
 
 
 def _describe(err: Mapping[str, Any]) -> str:

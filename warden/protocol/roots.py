@@ -20,7 +20,7 @@ from typing import Final
 
 from warden.errors import RemoteProtocolError
 
-__all__ = ["RootError", "normalize_file_uri", "normalize_segments", "path_to_file_uri", "within"]
+__all__ = ["RootError", "normalize_file_uri", "normalize_segments", "path_to_file_uri"]
 
 MAX_URI_LENGTH: Final = 4096
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
@@ -103,14 +103,6 @@ def normalize_file_uri(uri: str) -> str:
     if "\\" in rest:
         raise RootError("root URI contains a backslash")
     return normalize_segments(_decode(rest))
-
-
-def within(path: str, base: str) -> bool:
-    """True when normalised absolute ``path`` is ``base`` or lies below it (component-wise, not by prefix)."""
-    if base == "/":
-        return path.startswith("/")
-    base = base.rstrip("/")
-    return path == base or path.startswith(base + "/")
 
 
 def path_to_file_uri(path: str) -> str:

@@ -26,6 +26,7 @@ from typing import Any, Literal, final
 
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
+from warden.paths import within
 from warden.sandbox._process import READY_SHIM
 from warden.sandbox._profiles import BaseProfile
 from warden.sandbox._runtime import Runtime
@@ -71,12 +72,9 @@ class SandboxPlan:
     manifest: Mapping[str, Any] = field(default_factory=dict)
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
 
 def _strictly_under(path: str, root: str) -> bool:
-    return path != root and _under(path, root)
+    return path != root and within(path, root)
 
 
 def _sort_key(path: str) -> tuple[str, ...]:
@@ -169,28 +167,28 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
 
     def in_writable(path: str) -> str | None:
         for root in writable:
-            if _under(os.path.normpath(path), root) or _under(os.path.realpath(path), root):
+            if within(os.path.normpath(path), root) or within(os.path.realpath(path), root):
                 return root
         return None
 
     for path in (*read_dirs, *write_dirs, *(b.source for b in runtime.binds)):
-        if path == "/" or any(_under(path, root) for root in _FORBIDDEN_BIND_ROOTS):
+        if path == "/" or any(within(path, root) for root in _FORBIDDEN_BIND_ROOTS):
             raise LaunchError(f"{path} cannot be bound into a sandbox (it gets its own /, /proc, /dev and no /sys)",
                               hint="name a narrower directory in read_dirs / write_dirs")
-        if _under(path, state_real) or _under(state_real, path):
+        if within(path, state_real) or within(state_real, path):
             raise LaunchError(f"{path} would expose warden's state directory {state_real} to the server",
                               hint="keep the state directory out of read_dirs / write_dirs (or move it)")
     for path in write_dirs:
-        if path in _FORBIDDEN_WRITE or any(_under(path, root) for root in ("/usr", "/etc", "/boot", "/proc")):
+        if path in _FORBIDDEN_WRITE or any(within(path, root) for root in ("/usr", "/etc", "/boot", "/proc")):
             raise LaunchError(f"{path} cannot be made writable for a server",
                               hint="grant a project or workspace directory instead")
     for path in (*read_dirs, *write_dirs):
-        if _under(scratch.tmp, path) or _under(scratch.home, path):
+        if within(scratch.tmp, path) or within(scratch.home, path):
             raise LaunchError(f"{path} would replace the sandbox's private scratch space ({scratch.tmp}, "
                               f"{scratch.home})", hint=f"grant a subdirectory, e.g. {path.rstrip('/')}/work")
     for index, outer in enumerate(write_dirs):
         for inner in write_dirs[index + 1:]:
-            if _under(inner, outer) or _under(outer, inner):
+            if within(inner, outer) or within(outer, inner):
                 raise LaunchError(f"write_dirs {outer} and {inner} are nested",
                                   hint="grant only the outer directory")
     for given, path in zip(settings.read_dirs, read_dirs, strict=True):
@@ -203,13 +201,13 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     for index, given in enumerate(settings.write_dirs):
         others = {*write_dirs[:index], *write_dirs[index + 1:]}
         others |= {os.path.normpath(p) for j, p in enumerate(settings.write_dirs) if j != index}
-        if any(_under(os.path.normpath(given), other) or _under(other, os.path.normpath(given)) for other in others):
+        if any(within(os.path.normpath(given), other) or within(other, os.path.normpath(given)) for other in others):
             raise LaunchError(f"write_dirs entry {given} is nested with another write dir",
                               hint="grant only the outer directory")
     tainted = [path for path in runtime.derived_from if in_writable(path) is not None]
     if tainted:
         for bind in runtime.binds:
-            if in_writable(bind.path) is None and not any(_under(bind.source, r) for r in read_dirs):
+            if in_writable(bind.path) is None and not any(within(bind.source, r) for r in read_dirs):
                 sources = ", ".join(sorted(tainted, key=lambda p: (not p.endswith((".cfg", ".json")), p))[:3])
                 raise LaunchError(
                     f"the runtime path {bind.path} was found through {sources}, which the server can rewrite "
@@ -222,7 +220,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
 
     def add_bind(op: MountOp, source: str, dest: str, why: str) -> None:
         for other_dest, other_op in binds:
-            if _under(dest, other_dest) and (other_op == "bind" or op == "ro-bind"):
+            if within(dest, other_dest) and (other_op == "bind" or op == "ro-bind"):
                 return  # already visible, with at least this access
         mounts.append(Mount(op, dest, source, why=why))
         binds.append((dest, op))
@@ -277,7 +275,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         parts = PurePosixPath(mount.dest).parts
         for depth in range(2, len(parts)):
             ancestor = str(PurePosixPath(*parts[:depth]))
-            if ancestor in created or any(_under(ancestor, m.dest) for m in mounted if m.op in ("ro-bind", "bind")):
+            if ancestor in created or any(within(ancestor, m.dest) for m in mounted if m.op in ("ro-bind", "bind")):
                 continue  # a host directory shows through there, with its own permissions
             ordered.append(Mount("dir", ancestor, perms=0o755, why="mount point parent, traversable by the sandbox"))
             created.add(ancestor)
@@ -289,7 +287,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     def visible(path: str) -> bool:
         """The host's ``path`` exists inside: under a bind, or a tmpfs mount point itself (below one, the
         sandbox has its own empty directory, not the host's)."""
-        return any(_under(path, m.dest) for m in mounted if m.op in ("ro-bind", "bind")) or \
+        return any(within(path, m.dest) for m in mounted if m.op in ("ro-bind", "bind")) or \
             any(path == m.dest for m in mounted if m.op == "tmpfs")
 
     workdir = write_dirs[0] if write_dirs else scratch.home

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warden.errors import LaunchError
+from warden.paths import within
 from warden.sandbox._profiles import Finder, Profiles, RuntimeProfile
 
 # Paths the base profile already exposes (read-only); a runtime file under them needs no bind of its own.
@@ -107,9 +108,6 @@ def split_package_spec(spec: str) -> tuple[str, str | None]:
     return spec, None
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
 
 def _system_view(path: str) -> str:
     """``path`` as the sandbox resolves it at the top level: merged-/usr symlinks (``/bin -> usr/bin``) are
@@ -123,7 +121,7 @@ def _system_view(path: str) -> str:
     except OSError:
         return path
     resolved = os.path.normpath(os.path.join("/", target))
-    if not any(_under(resolved, root) for root in SYSTEM_ROOTS):
+    if not any(within(resolved, root) for root in SYSTEM_ROOTS):
         return path
     return resolved + ("/" + parts[2] if len(parts) > 2 else "")
 
@@ -242,7 +240,7 @@ class _Binds:
 
     def covered(self, path: str) -> bool:
         path = _system_view(path)
-        return any(_under(path, root) for root in SYSTEM_ROOTS) or any(_under(path, b.path) for b in self.items)
+        return any(within(path, root) for root in SYSTEM_ROOTS) or any(within(path, b.path) for b in self.items)
 
     def add(self, finder: Finder, path: str | None) -> None:
         why = self._profile.why_for(finder)
@@ -252,7 +250,7 @@ class _Binds:
         if self.covered(dest):
             return
         # Keep the outermost: a bind that contains earlier ones replaces them.
-        self.items = [b for b in self.items if not _under(b.path, dest)]
+        self.items = [b for b in self.items if not within(b.path, dest)]
         self.items.append(RuntimeBind(path=dest, source=os.path.realpath(dest), finder=finder, why=why))
 
 
@@ -314,7 +312,7 @@ def _resolve_npx(args: Sequence[str], *, cwd: str, host_env: Mapping[str, str]) 
         if isinstance(target, str):
             package_dir = os.path.normpath(root / name)
             script = os.path.normpath(os.path.join(package_dir, target))
-            if not _under(script, package_dir):
+            if not within(script, package_dir):
                 continue  # a "bin" pointing out of its own package is not followed
             return [script, *command_args]
     raise LaunchError(
@@ -452,7 +450,7 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     path_dirs: list[str] = []
     for path in (exe, *(interpreter_paths[:1] if interpreter else ())):
         directory = os.path.dirname(path)
-        if not any(_under(_system_view(directory), root) for root in SYSTEM_ROOTS) and directory not in path_dirs:
+        if not any(within(_system_view(directory), root) for root in SYSTEM_ROOTS) and directory not in path_dirs:
             path_dirs.append(directory)
 
     final = [exe, *args[1:]]
