@@ -201,6 +201,25 @@ async def test_HL11_response_stream_closed_early_is_resumed_with_last_event_id()
         assert resumed[0].header("mcp-session-id") == c.posts_of("tools/call")[0].header("mcp-session-id")
 
 
+async def test_HL11_a_compressed_resumption_stream_is_refused_like_any_compressed_answer() -> None:
+    """The GET that resumes a broken response stream is held to the same identity-encoding rule as the POST."""
+    async def on_call(ex: Exchange, body: dict[str, Any]) -> bool:
+        await ex.sse_start()
+        await ex.write(b"id: ev-1\nretry: 20\ndata: \n\n")
+        return True
+
+    async def on_get(ex: Exchange) -> None:
+        await ex.sse_start([("Content-Encoding", "gzip")])
+        await trio.sleep_forever()
+
+    async with connected(LegacyMock(on_call=on_call, on_get=on_get)) as c:
+        reply = await c.call("echo")
+        assert not reply.ok
+        assert reply.code == CONNECTION_CLOSED
+        assert "resuming it: the server sent a 'gzip'-encoded answer" in reply.message
+        assert "could not be resumed" in reply.message
+
+
 async def test_HL11_get_stream_closed_is_resumed_from_its_last_event() -> None:
     async def on_get(ex: Exchange) -> None:
         await ex.sse_start()

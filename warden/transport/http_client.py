@@ -1059,6 +1059,10 @@ class HttpConnection:
                 if kind is not AnswerKind.EVENT_STREAM:
                     broken = _Broken(f"resuming it answered HTTP {response.status_code}")
                     break
+                problem = self._check_encoding(response)
+                if problem is not None:
+                    broken = _Broken(f"resuming it: {problem}")
+                    break
                 outcome = await self._read_stream(response, expect=request.id)
             if isinstance(outcome, _Final):
                 await self._deliver([outcome.message])
