@@ -6,10 +6,14 @@ Prints one markdown table:
 * the audit log with 1, 8 and 64 concurrent writer tasks: durable appends/s, mean batch size, p50/p99 latency;
 * for each, the *minimal batched loop*: the same record size, appended in batches of the log's mean batch size,
   one ``fdatasync`` per batch, nothing else: what the disk allows for that batching;
+* for each, the *event-loop ceiling*: the same number of trio tasks handing records to one committer that writes
+  and ``fdatasync``s each batch in a worker thread, as the log does, but with no record work at all (no checking,
+  encoding, hashing or locking): what any log built on trio tasks can reach, so the gap between it and the log
+  is warden's own per-record work;
 * several processes sharing one log (the ``warden run`` per server case);
-* ``warden audit verify`` speed on a 1,000,000-record log (fast and ``--deep``);
-* TODO row: the added latency per tools/call with audit on vs off needs the gateway; bench/proxy_overhead.py
-  measures it (its 'warden (sandbox, pins, audit)' and 'warden, audit off' rows).
+* the added latency per tools/call through ``warden run`` (sandbox and pins on) with the audit log on vs off
+  (``--unsafe-no-audit``), for the raw echo server (warden's own ceiling) and the Python SDK server;
+* ``warden audit verify`` speed on a 1,000,000-record log (fast and ``--deep``).
 
 Targets (issue 5): 64 writers >= 10x one writer and >= 50 % of the minimal loop; verify >= 100,000 records/s.
 Runs in a temporary directory next to the repository (the same disk as a real state dir) unless --dir is given.
@@ -34,6 +38,9 @@ from warden.audit._format import FRAME_RECORD, encode_frame, scan_frames
 from warden.audit._reader import LogReader
 from warden.audit._store import Store
 from warden.audit._verify import verify_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from proxy_overhead import SERVERS, approve_first, measure, via_warden
 
 
 def decision(n: int) -> Record:
@@ -66,6 +73,57 @@ def fsync_rates(directory: Path, seconds: float) -> tuple[float, float]:
         os.close(fd)
         path.unlink()
     return with_write, bare
+
+
+async def event_loop_ceiling(directory: Path, record_size: int, writers: int, seconds: float) -> float:
+    """``writers`` trio tasks appending placeholders that a committer writes and fdatasyncs per batch in a worker
+    thread, the log's own shape minus all record work: records/s."""
+    path = directory / "ceiling.bin"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    chunk = b"r" * record_size
+
+    def write_batch(size: int) -> None:
+        os.write(fd, chunk * size)
+        os.fdatasync(fd)
+
+    pending: list[tuple[list[None], trio.Event]] = [([], trio.Event())]
+    work = trio.Event()
+    done = 0
+    stop = time.perf_counter() + seconds
+
+    async def writer() -> None:
+        nonlocal done
+        while time.perf_counter() < stop:
+            items, finished = pending[0]
+            items.append(None)
+            work.set()
+            await finished.wait()
+            done += 1
+
+    async def committer() -> None:
+        nonlocal work
+        while True:
+            items, finished = pending[0]
+            if not items:
+                await work.wait()
+                work = trio.Event()
+                continue
+            pending[0] = ([], trio.Event())
+            await trio.to_thread.run_sync(write_batch, len(items))
+            finished.set()
+
+    try:
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(committer)
+            async with trio.open_nursery() as tasks:
+                for _ in range(writers):
+                    tasks.start_soon(writer)
+            nursery.cancel_scope.cancel()
+        return done / (time.perf_counter() - start)
+    finally:
+        os.close(fd)
+        path.unlink()
 
 
 def minimal_loop(directory: Path, record_size: int, batch: int, seconds: float) -> float:
@@ -144,6 +202,26 @@ def processes(state_dir: Path, procs: int, tasks: int, seconds: float) -> float:
     return total / seconds
 
 
+CONCURRENCY = 16
+
+
+async def tools_call_audit_on_off(workdir: Path, server: str, calls: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Round trips of ``tools/call`` through ``warden run`` with the audit log on, then off (same server, same
+    approved pins, same sandbox)."""
+    workdir.mkdir(mode=0o700, exist_ok=True)
+    state = workdir / "state"
+    state.mkdir(mode=0o700, exist_ok=True)
+    config = workdir / "bench.toml"
+    config.write_text('[defaults]\non_new = "tofu"\n')
+    argv, tool, tool_args = SERVERS[server]
+    name = "bench-" + "".join(c if c.isalnum() else "-" for c in server).strip("-")
+    await approve_first(via_warden(argv, str(state), config, name), str(state), config, name)
+    on = await measure(via_warden(argv, str(state), config, name), tool, tool_args, calls, CONCURRENCY)
+    off = await measure(via_warden(argv, str(state), config, name, "--unsafe-no-audit"), tool, tool_args, calls,
+                        CONCURRENCY)
+    return on, off
+
+
 def verify_speed(state_dir: Path, records: int) -> tuple[float, float, float, int]:
     store = Store.open(state_dir)
     prepared = [store.prepare(decision(i)) for i in range(256)]
@@ -175,6 +253,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=2.0, help="duration of each throughput run")
     p.add_argument("--rounds", type=int, default=3, help="paired log/baseline runs per writer count (median)")
     p.add_argument("--verify-records", type=int, default=1_000_000)
+    p.add_argument("--calls", type=int, default=1000, help="tools/call round trips per audit on/off run")
     args = p.parse_args()
     base = Path(tempfile.mkdtemp(prefix="warden-audit-bench-", dir=args.dir or Path(__file__).resolve().parents[1]))
     os.chmod(base, 0o700)
@@ -193,9 +272,10 @@ def main() -> int:
             for r in range(args.rounds):
                 rate, batch, p50, p99 = trio.run(log_writers, base / f"w{writers}-{r}", writers, args.seconds)
                 limit = minimal_loop(base, record_size, max(1, round(batch)), args.seconds)
-                runs.append((rate, batch, p50, p99, limit, rate / limit))
-            rate, batch, p50, p99, limit, _ = (statistics.median(col) for col in zip(*runs, strict=True))
-            ratio = statistics.median(r[5] for r in runs)
+                ceiling = trio.run(event_loop_ceiling, base, record_size, writers, args.seconds)
+                runs.append((rate, batch, p50, p99, limit, ceiling, rate / limit, ceiling / limit, rate / ceiling))
+            rate, batch, p50, p99, limit, ceiling, ratio, ceiling_ratio, of_ceiling = (
+                statistics.median(col) for col in zip(*runs, strict=True))
             rates[writers] = rate
             rows.append((f"audit log, {writers} concurrent writer{'s' * (writers > 1)}",
                          f"{rate:,.0f} appends/s",
@@ -203,12 +283,22 @@ def main() -> int:
             rows.append((f"  minimal loop: {record_size}-byte records, batches of {max(1, round(batch))}, "
                          f"one fdatasync each", f"{limit:,.0f} records/s",
                          f"log reaches {ratio:.0%} of it (median of {args.rounds} paired runs)"))
+            rows.append((f"  event-loop ceiling: {writers} trio task{'s' * (writers > 1)}, thread hop and "
+                         "fdatasync per batch, no record work", f"{ceiling:,.0f} records/s",
+                         f"{ceiling_ratio:.0%} of the minimal loop; the log reaches {of_ceiling:.0%} of it"))
         rows.append(("64 writers vs 1 writer", f"{rates[64] / rates[1]:.1f}x", "target >= 10x"))
         mp = processes(base / "mp", 4, 16, args.seconds)
         rows.append(("4 processes x 16 writers, one shared log", f"{mp:,.0f} appends/s", "flock per batch"))
-        rows.append(("added latency per tools/call, audit on vs off",
-                     "TODO: not here", "needs the gateway; measured by bench/proxy_overhead.py (rows "
-                                       "'warden (sandbox, pins, audit)' vs 'warden, audit off')"))
+        for server in ("raw echo", "python sdk"):
+            on, off = trio.run(tools_call_audit_on_off, base / "calls", server, args.calls)
+            rows.append((f"tools/call through warden, {server} server: sequential median, audit on vs off",
+                         f"{on['seq_median']:.2f} vs {off['seq_median']:.2f} ms",
+                         f"+{on['seq_median'] - off['seq_median']:.2f} ms per call (p99 {on['seq_p99']:.2f} vs "
+                         f"{off['seq_p99']:.2f} ms; {args.calls} calls, sandbox and pins on in both)"))
+            rows.append((f"  {CONCURRENCY} concurrent callers, audit on vs off",
+                         f"{on['conc_rate']:,.0f} vs {off['conc_rate']:,.0f} /s",
+                         f"{on['conc_rate'] / off['conc_rate']:.2f}x (median {on['conc_median']:.2f} vs "
+                         f"{off['conc_median']:.2f} ms)"))
         fast, per_cpu, deep, size = verify_speed(base / "verify", args.verify_records)
         rows.append((f"warden audit verify, {size:,}-record log", f"{fast:,.0f} records/s",
                      f"{per_cpu:,.0f} per CPU-second (one core, so load-independent); target >= 100,000/s"))
