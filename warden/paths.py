@@ -1,4 +1,5 @@
-"""Where warden keeps its state and finds its config; and :func:`within`, the one "path lies under" test.
+"""Where warden keeps its state and finds its config; :func:`within`, the one "path lies under" test; and
+:func:`absolute_path`, the one check of a path written in a config, policy or profile file.
 
 State (pins, keys, audit log) lives in one directory that no sandbox ever sees: ``--state-dir``, else
 ``$WARDEN_STATE_DIR``, else ``$XDG_STATE_HOME/warden``, else ``~/.local/state/warden``. The user config is
@@ -10,6 +11,7 @@ touching ``os.environ``.
 from __future__ import annotations
 
 import os
+import posixpath
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -76,3 +78,21 @@ def within(path: str, base: str) -> bool:
         return path.startswith("/")
     base = base.rstrip("/")
     return path == base or path.startswith(base + "/")
+
+
+def absolute_path(value: str) -> str:
+    """Check a path written in a config, policy or sandbox profile, and return it normalized.
+
+    It must be absolute, hold no NUL or newline, and have no ``..`` component: a reader of the file must see where
+    it points without resolving anything. (Symlinks are still resolved, and checked, where the path is used.)
+
+    Raises:
+        ValueError: naming what is wrong (pydantic validators turn it into a ``file:line`` error).
+    """
+    if not value.startswith("/"):
+        raise ValueError(f"{value!r} must be an absolute path")
+    if "\0" in value or "\n" in value:
+        raise ValueError(f"{value!r} contains a NUL or newline")
+    if ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not contain '..'")
+    return "/" + posixpath.normpath(value).lstrip("/")

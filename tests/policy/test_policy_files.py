@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from tests.policy.helpers import policy_from, warden, write
 from tests.support import ROOT
 from warden.errors import ConfigError
+from warden.paths import absolute_path
 from warden.policy import GlobSyntaxError, compile_glob, glob_match, load_effective_policy, load_policy_file
 from warden.policy._toml import key_lines
 
@@ -86,6 +88,9 @@ def test_org_table_refused_in_user_config(tmp_path: Path) -> None:
     ("[servers.'bad name']\ncommand='x'\n", "server name 'bad name'"),
     ("[defaults.capabilities]\nroots = ['relative']\n", "must be an absolute path"),
     ("[defaults.capabilities]\nroots = ['/a/../b']\n", "must not contain '..'"),
+    ("[servers.x.sandbox]\nread_dirs = ['/home/u/../../etc']\n", "must not contain '..'"),
+    ("[servers.x.sandbox]\nwrite_dirs = ['data']\n", "must be an absolute path"),
+    ("[servers.x.sandbox]\nworkdir = \"/srv/\\u0000\"\n", "contains a NUL or newline"),
     ("[[servers.x.arguments]]\ntool='*'\nargument='p'\n", "needs at least one of"),
     ("[[servers.x.arguments]]\ntool='*'\nargument='p'\npattern='('\n", "invalid regular expression"),
     ("[servers.x.sandbox]\nkind='chroot'\n", "Input should be"),
@@ -95,6 +100,24 @@ def test_org_table_refused_in_user_config(tmp_path: Path) -> None:
 def test_invalid_values(tmp_path: Path, text: str, error: str) -> None:
     with pytest.raises(ConfigError, match=error):
         load_policy_file(write(tmp_path / "u.toml", text), "user")
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet="/.ab\0\n", max_size=16))
+def test_a_written_path_is_refused_or_comes_back_absolute_normalized_and_unchanged_by_a_second_pass(text: str) -> None:
+    """One check for every path a config, policy or profile names (sandbox dirs, org ceilings, roots, profiles)."""
+    try:
+        path = absolute_path(text)
+    except ValueError:
+        assert not text.startswith("/") or "\0" in text or "\n" in text or ".." in text.split("/")
+        return
+    assert path.startswith("/")
+    assert not path.startswith("//")
+    assert ".." not in path.split("/")
+    assert "." not in path.split("/")[1:]
+    assert path == "/" or ("//" not in path and not path.endswith("/"))
+    assert absolute_path(path) == path
+    assert os.path.realpath(path) == os.path.realpath(text)
 
 
 def test_policy_check_cli(tmp_path: Path) -> None:

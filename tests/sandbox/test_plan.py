@@ -81,11 +81,16 @@ def test_system_paths_cannot_be_writable(state_dir: Path, path: str) -> None:
         plan(SandboxSettings(write_dirs=(path,)), state_dir=state_dir)
 
 
-def test_state_dir_is_never_exposed(state_dir: Path) -> None:
-    """Security invariant 5: pins, keys and the audit log are never visible inside a sandbox."""
+def test_state_dir_is_never_exposed(state_dir: Path, tmp_path: Path) -> None:
+    """Security invariant 5: pins, keys and the audit log are never visible inside a sandbox, however the path is
+    spelled (``..`` is refused when the settings are read; a symlink is resolved here)."""
+    link = tmp_path / "innocent"
+    link.symlink_to(state_dir.parent)
+    with pytest.raises(ValueError, match="must not contain '..'"):
+        SandboxSettings(write_dirs=(str(state_dir / ".."),))
     for asked in (SandboxSettings(read_dirs=(str(state_dir),)),
                   SandboxSettings(read_dirs=(str(state_dir.parent),)),
-                  SandboxSettings(write_dirs=(str(state_dir / ".."),))):
+                  SandboxSettings(write_dirs=(str(link),))):
         with pytest.raises(LaunchError, match="would expose warden's state directory"):
             plan(asked, state_dir=state_dir)
     inner = state_dir / "sub"

@@ -15,12 +15,12 @@ rule. Values of env vars never appear in a policy file: ``env`` lists names only
 
 from __future__ import annotations
 
-import posixpath
 import re
 from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
 
+from warden.paths import absolute_path
 from warden.policy._glob import check_glob
 from warden.sandbox.settings import Limits, SandboxSettings
 
@@ -57,14 +57,6 @@ def _env_name(v: str) -> str:
     return v
 
 
-def _abs_dir(v: str) -> str:
-    if "\x00" in v or not v.startswith("/"):
-        raise ValueError(f"{v!r} must be an absolute path")
-    if any(part == ".." for part in v.split("/")):
-        raise ValueError(f"{v!r} must not contain '..'")
-    return posixpath.normpath(v) if v != "/" else v
-
-
 def _regex(v: str) -> str:
     try:
         re.compile(v)
@@ -82,7 +74,7 @@ def _arg_path(v: str) -> str:
 ServerName = Annotated[str, AfterValidator(_server_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
 Glob = Annotated[str, AfterValidator(check_glob)]
-AbsDir = Annotated[str, AfterValidator(_abs_dir)]
+AbsDir = Annotated[str, AfterValidator(absolute_path)]
 Regex = Annotated[str, AfterValidator(_regex)]
 ArgPath = Annotated[str, AfterValidator(_arg_path)]
 

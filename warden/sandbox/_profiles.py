@@ -17,16 +17,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warden.errors import SandboxUnavailable
+from warden.paths import absolute_path
 
 ProfileName = Literal["node", "python", "binary"]
 Finder = Literal["runtime_prefix", "node_modules", "package_json", "venv", "script", "executable"]
 SYNTHESIZED = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/hostname")
-
-
-def _absolute(value: str) -> str:
-    if not value.startswith("/") or "\0" in value or "/../" in f"{value}/" or "/./" in f"{value}/":
-        raise ValueError(f"{value!r} must be an absolute, normalized path")
-    return value
 
 
 class _Entry(BaseModel):
@@ -38,7 +33,7 @@ class _Entry(BaseModel):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str) -> str:
-        return _absolute(value)
+        return absolute_path(value)
 
 
 class _Scratch(BaseModel):
@@ -51,7 +46,7 @@ class _Scratch(BaseModel):
     @field_validator("tmp", "home")
     @classmethod
     def _path(cls, value: str) -> str:
-        return _absolute(value)
+        return absolute_path(value)
 
 
 class BaseProfile(BaseModel):

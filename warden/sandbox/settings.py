@@ -11,14 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-
-def _absolute_paths(value: tuple[str, ...]) -> tuple[str, ...]:
-    for item in value:
-        if not item.startswith("/"):
-            raise ValueError(f"{item!r} is not an absolute path")
-        if "\0" in item or "\n" in item:
-            raise ValueError(f"{item!r} contains a NUL or newline")
-    return value
+from warden.paths import absolute_path
 
 
 class Limits(BaseModel):
@@ -69,14 +62,12 @@ class SandboxSettings(BaseModel):
     @field_validator("read_dirs", "write_dirs")
     @classmethod
     def _check_dirs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        return _absolute_paths(value)
+        return tuple(absolute_path(item) for item in value)
 
     @field_validator("workdir", "engine_path", "rootfs")
     @classmethod
     def _check_optional_path(cls, value: str | None) -> str | None:
-        if value is not None:
-            _absolute_paths((value,))
-        return value
+        return None if value is None else absolute_path(value)
 
     @field_validator("image")
     @classmethod
