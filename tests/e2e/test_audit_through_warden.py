@@ -47,10 +47,29 @@ async def test_a_call_is_decided_durably_then_its_outcome_recorded(tmp_path: Pat
     assert allowed["target_digest"]
     assert allowed["request_digest"]
     assert allowed["arguments"]["detail"] == "hash"  # type: ignore[index]
+    assert [r["client"] for r in decided] == ["rawhost 1", "rawhost 1"]  # who asked: self-reported clientInfo
     outcome = next(r for r in records if r["event"] == "call.outcome")
     assert outcome["decision_index"] == allowed["index"]
     assert outcome["outcome"] == "ok"
     assert int(outcome["index"]) > int(allowed["index"])  # type: ignore[arg-type]
+
+
+async def test_a_2026_hosts_decisions_carry_the_name_it_gives_on_each_request(tmp_path: Path) -> None:
+    """A 2026 host has no initialize: its clientInfo travels in every request's _meta, and each decision records
+    the one that request carried (cut to 256 characters: the host's word, not warden's)."""
+    write_config(tmp_path)
+    host = await RawHost.start(through_warden(RAWSERVER))
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    await host.request(1, "tools/list", {"_meta": meta})
+    await host.response(1)
+    await host.request(2, "tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": {
+        **meta, "io.modelcontextprotocol/clientInfo": {"name": "agent-" + "x" * 300, "version": "2"}}})
+    assert "result" in await host.response(2)
+    await host.request(3, "tools/call", {"name": "echo", "arguments": {"text": "hi"}, "_meta": meta})
+    assert "result" in await host.response(3)
+    assert await host.close() == 0
+    decided = [r for r in audit_json() if r["event"] == "call.decided"]
+    assert [r.get("client") for r in decided] == [("agent-" + "x" * 300)[:256], None]
 
 
 @pytest.fixture

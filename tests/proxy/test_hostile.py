@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 
 import trio
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.support import RAWSERVER, RawHost, rss_kib, through_warden
+from warden.audit._records import Event, Record, check_record
+from warden.gateway.link import host_name
 
 MB = 1024 * 1024
 
@@ -120,3 +124,18 @@ async def test_hostile_host_reused_request_id_is_refused() -> None:
     second = await host.response(5)
     assert second["result"]["content"][0]["text"] == "slow done"  # type: ignore[index]
     await host.close()
+
+
+@given(st.one_of(st.none(), st.integers(), st.text(), st.lists(st.text(), max_size=2),
+                 st.dictionaries(st.sampled_from(["name", "version", "title"]),
+                                 st.one_of(st.text(max_size=400), st.integers(), st.none()), max_size=3)))
+def test_any_clientInfo_becomes_a_short_recordable_host_name_or_none(client_info: object) -> None:
+    """The host's self-reported name goes into every decision record: whatever it sends (wrong types, lone
+    surrogates, kilobytes), the name is None or text of at most 256 characters that a record can encode."""
+    name = host_name(client_info)
+    if name is None:
+        return
+    assert 0 < len(name) <= 256
+    check_record(Record(event=Event.CALL_DECIDED, client=name))
+    assert isinstance(client_info, dict)
+    assert name.startswith(client_info["name"].encode("utf-8", "replace").decode()[:256])

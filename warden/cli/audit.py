@@ -274,6 +274,11 @@ def _decoded(raws: Iterator[RawRecord]) -> Iterator[tuple[RawRecord, Record]]:
                                     hint="run `warden audit verify`") from exc
 
 
+def _short(text: str, width: int) -> str:
+    """A self-reported name cut for a table column (the full value is in ``--json``)."""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
     if as_json:
         sys.stdout.buffer.write(b"".join(raw.data + b"\n" for raw, _ in rows))
@@ -283,7 +288,7 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("#", "time (untrusted)", "event", "server", "method", "target", "decision", "by"):
+    for col in ("#", "time (untrusted)", "event", "server", "host", "method", "target", "decision", "by"):
         table.add_column(col, no_wrap=True)
     table.add_column("detail", overflow="fold")
     for raw, r in rows:
@@ -293,8 +298,8 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
         elif r.recovered is not None:
             detail = r.recovered.reason
         table.add_row(str(raw.index), r.untrusted_time[:23].replace("T", " "), r.event.value, r.server_name or "",
-                      r.method or "", r.target or "", r.decision.value if r.decision else "",
-                      r.consent.value if r.consent else "", detail)
+                      _short(r.client or "", 24), r.method or "", r.target or "",
+                      r.decision.value if r.decision else "", r.consent.value if r.consent else "", detail)
     width = None if sys.stdout.isatty() else 200  # piped output: do not squeeze into 80 columns
     Console(soft_wrap=False, width=width).print(table)
 

@@ -29,7 +29,7 @@ import trio
 from warden import audit
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
-from warden.gateway.link import Context, HostLink, Sink
+from warden.gateway.link import Context, HostLink, Sink, host_name
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
@@ -46,6 +46,7 @@ from warden.protocol.eras import (
     INPUT_REQUEST_METHODS,
     LIST_METHODS,
     LOG_LEVELS,
+    META_CLIENT_INFO,
     META_LOG_LEVEL,
     META_SERVER_INFO,
     META_SUBSCRIPTION_ID,
@@ -255,12 +256,14 @@ class Gateway:
             level = meta.get(META_LOG_LEVEL)
             if level is not None and level not in LOG_LEVELS:
                 return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
-            ctx = Context(Era.MODERN, version, capabilities, level, meta.get("progressToken"))
+            ctx = Context(Era.MODERN, version, capabilities, level, meta.get("progressToken"),
+                          client=host_name(meta.get(META_CLIENT_INFO)))
             self.upstream.set_legacy_capabilities({})
         elif link.legacy is not None:
             meta = params.get("_meta")
             token = meta.get("progressToken") if isinstance(meta, dict) else None
-            ctx = Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, link.legacy.log_level, token)
+            ctx = Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, link.legacy.log_level, token,
+                          client=link.legacy.client)
         else:
             return encode_error(request.id, INVALID_PARAMS,
                                 "send initialize first, or carry the 2026-07-28 _meta (protocolVersion and "
@@ -326,7 +329,7 @@ class Gateway:
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
         asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
-        index = await self._authorize(request, params, asker)
+        index = await self._authorize(request, params, asker, ctx.client)
         try:
             response, reply = await self._forward(request, ctx, params, sink)
         except WardenError as exc:
@@ -483,7 +486,7 @@ class Gateway:
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
-            index = await self._authorize(request, params, asker)
+            index = await self._authorize(request, params, asker, ctx.client)
             forwarded = strip_host_meta(params)
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
@@ -495,7 +498,7 @@ class Gateway:
                     break
                 answers = [await self._ask(link, None, "elicitation/create",
                                            question if isinstance(question, dict) else {}, ctx.capabilities,
-                                           asker=exchange.ask) for question in wanted]
+                                           ctx.client, asker=exchange.ask) for question in wanted]
                 if not all(answer.ok for answer in answers):
                     break
         except WardenError as exc:
@@ -534,7 +537,7 @@ class Gateway:
                 raise RemoteProtocolError(f"input request {key!r} is not a question warden can ask",
                                           jsonrpc_code=INTERNAL_ERROR)
             answer = await self._ask(link, sink, str(question["method"]), question.get("params") or {},
-                                     ctx.capabilities)
+                                     ctx.capabilities, ctx.client)
             if not answer.ok:
                 raise RemoteProtocolError(f"the client could not answer the server's {question['method']}: "
                                           f"{answer.message}", jsonrpc_code=answer.code or INTERNAL_ERROR)
@@ -637,10 +640,12 @@ class Gateway:
         return ctx.era is Era.LEGACY and link.legacy is not None and \
             HostCapabilities.from_client_capabilities(link.legacy.capabilities).elicitation_form
 
-    async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None) -> int | None:
-        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read``; ask a human (through ``asker``, when
-        there is a way to reach one) when the policy says so. The decision is recorded durably either way; an
-        allowed request's record index is returned (its outcome is tied to it), a refusal is raised.
+    async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
+                         client: str | None) -> int | None:
+        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from the host named ``client``; ask a
+        human (through ``asker``, when there is a way to reach one) when the policy says so. The decision is
+        recorded durably either way; an allowed request's record index is returned (its outcome is tied to it), a
+        refusal is raised.
 
         Raises:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
@@ -661,7 +666,7 @@ class Gateway:
             if decision.effect is Effect.ALLOW:
                 return await self.recorder.decided(
                     method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
-                    request=request.raw, arguments=arguments, confirmed=confirmed is not None)
+                    request=request.raw, arguments=arguments, confirmed=confirmed is not None, client=client)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
@@ -681,12 +686,12 @@ class Gateway:
                 confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
                 if confirmed is None:
                     await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
-                                                request=None, arguments=arguments)
+                                                request=None, arguments=arguments, client=client)
                     raise PolicyError(f"the user did not confirm the call to {name!r}",
                                       hint="nothing was sent to the server")
         log.warning("%s: %s refused: %s", self._name, method, decision.reason)
         await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
-                                    arguments=arguments)
+                                    arguments=arguments, client=client)
         raise self.guard.refuse(decision)
 
     async def _know_lists(self, method: str) -> None:
@@ -861,32 +866,33 @@ class Gateway:
             entry = next(iter(links.values()))
             if entry.exchange is not None:
                 return await self._ask(entry.link, None, method, params, entry.ctx.capabilities,
-                                       asker=entry.exchange.ask)
+                                       entry.ctx.client, asker=entry.exchange.ask)
             if entry.link.legacy is not None:
-                return await self._ask(entry.link, entry.sink, method, params, entry.link.legacy.capabilities)
+                return await self._ask(entry.link, entry.sink, method, params, entry.link.legacy.capabilities,
+                                       entry.link.legacy.client)
         elif not links:
             legacy = [link for link in self._links if link.legacy is not None and link.unsolicited is not None]
             if len(legacy) == 1 and legacy[0].legacy is not None and legacy[0].unsolicited is not None:
                 return await self._ask(legacy[0], legacy[0].unsolicited, method, params,
-                                       legacy[0].legacy.capabilities)
+                                       legacy[0].legacy.capabilities, legacy[0].legacy.client)
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
     async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
-                   capabilities: Mapping[str, Any], *, asker: Asker | None = None) -> Reply:
-        """Ask a host a server's question if it declared the capability (PX01–PX04) and policy allows it: on the
-        wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
+                   capabilities: Mapping[str, Any], client: str | None, *, asker: Asker | None = None) -> Reply:
+        """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
+        allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
         decision = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
             log.warning("%s: %s refused: %s", self._name, method, decision.reason)
             await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
-                                        request=None)
+                                        request=None, client=client)
             # EL08 asks for -32602 for an undeclared elicitation mode; tools without sampling.tools is likewise a
             # bad request (SA07); a question the host cannot take at all is "method not found" to it.
             bad_params = method == "elicitation/create" or "tools" in params or "toolChoice" in params
             return Reply.failure(INVALID_PARAMS if bad_params else METHOD_NOT_FOUND, f"refused: {decision.reason}")
         try:
             index = await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
-                                                request=encode_json(dict(params)))
+                                                request=encode_json(dict(params)), client=client)
         except AuditError as exc:
             return Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: {exc}")
         body = dict(params)

@@ -38,6 +38,23 @@ class Sink(Protocol):
         ...
 
 
+#: Longest host name kept for the audit log's ``client`` field (the record's limit for names).
+_CLIENT_MAX = 256
+
+
+def host_name(client_info: Any) -> str | None:
+    """The host as it named itself (``clientInfo`` name and version), for the audit log's ``client`` field.
+
+    Self-reported and untrusted: kept short, and anything that is not text a record can hold (a lone surrogate)
+    is replaced, so a hostile ``clientInfo`` can neither bloat records nor make them unencodable.
+    """
+    if not isinstance(client_info, Mapping) or not isinstance(client_info.get("name"), str):
+        return None
+    version = client_info.get("version")
+    text = f"{client_info['name']} {version}" if isinstance(version, str) and version else client_info["name"]
+    return text.encode("utf-8", "replace").decode("utf-8")[:_CLIENT_MAX] or None
+
+
 @final
 @dataclass(slots=True)
 class LegacyHost:
@@ -45,7 +62,7 @@ class LegacyHost:
 
     version: str
     capabilities: dict[str, Any]
-    client_info: Any
+    client: str | None
     log_level: str | None = None
     initialized: bool = False
 
@@ -63,6 +80,8 @@ class Context:
     upstream: Era = Era.MODERN
     """The era of the server session this request travels on (a legacy host may get a dual-era server's legacy
     session; then nothing needs translating)."""
+    client: str | None = None
+    """The host as it named itself (:func:`host_name`), recorded with each decision; self-reported."""
 
 
 @final
@@ -134,4 +153,5 @@ class HostLink:
             raise RemoteProtocolError("initialize was already received", jsonrpc_code=INVALID_REQUEST)
         capabilities = params.get("capabilities")
         self.legacy = LegacyHost(negotiate_legacy(params.get("protocolVersion")),
-                                 capabilities if isinstance(capabilities, dict) else {}, params.get("clientInfo"))
+                                 capabilities if isinstance(capabilities, dict) else {},
+                                 host_name(params.get("clientInfo")))

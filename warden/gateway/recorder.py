@@ -97,9 +97,10 @@ class Recorder:
     # -- decisions and outcomes ---------------------------------------------------------------------------------
 
     async def decided(self, *, method: str, target: str, decision: Decision, approval: PinEntry | None,
-                      request: bytes | None, arguments: Mapping[str, Any] | None = None,
+                      request: bytes | None, client: str | None, arguments: Mapping[str, Any] | None = None,
                       confirmed: bool = False) -> int | None:
-        """Record a decision; returns the record's index (to tie the outcome to it).
+        """Record a decision on a request of the host named ``client``; returns the record's index (to tie the
+        outcome to it).
 
         Raises:
             AuditError: the decision allowed the action but the log could not make it durable: refuse it.
@@ -116,7 +117,7 @@ class Recorder:
             else:
                 consent = audit.Consent.POLICY
         record = self._record(
-            audit.Event.CALL_DECIDED, method=method, target=_target(target),
+            audit.Event.CALL_DECIDED, client=client, method=method, target=_target(target),
             target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
             rule=str(decision.rule)[:256], decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
             consent=consent, reason=decision.reason[:4000],
