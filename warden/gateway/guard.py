@@ -80,15 +80,14 @@ def _template_regex(template: str) -> re.Pattern[str]:
 
 @final
 class Guard:
-    """Enforces one server's effective policy and pins. One per upstream, shared by all its hosts."""
+    """Enforces one server's effective policy and pins. One per upstream, shared by all its hosts (a gateway
+    fronts exactly one server, so a sampling request's ``thisServer`` context is that server's alone)."""
 
-    def __init__(self, *, policy: ServerPolicy, store: PinStore, manifest: Mapping[str, Any],
-                 single_upstream: bool = True) -> None:
+    def __init__(self, *, policy: ServerPolicy, store: PinStore, manifest: Mapping[str, Any]) -> None:
         self.policy = policy
         self.store = store
         self.manifest = dict(manifest)
         self.identity = identity_digest(self.manifest)
-        self._single_upstream = single_upstream
         self._digests: dict[EntryKind, dict[str, str]] = {}
         self._declined: set[tuple[tuple[EntryKind, str, str], ...]] = set()
         self._instructions_digest: str | None = None
@@ -278,7 +277,7 @@ class Guard:
         if method == "sampling/createMessage":
             return decide(SamplingFacts(self.policy, host, has_tools="tools" in params or "toolChoice" in params,
                                         include_context=params.get("includeContext"),
-                                        single_upstream=self._single_upstream))
+                                        single_upstream=True))
         if method == "elicitation/create":
             schema = params.get("requestedSchema")
             return decide(ElicitationFacts(self.policy, host, mode=str(params.get("mode", "form")),

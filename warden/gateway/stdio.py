@@ -16,7 +16,6 @@ import trio
 from warden.errors import RemoteProtocolError
 from warden.gateway.core import Gateway
 from warden.gateway.link import HostLink
-from warden.protocol.framing import Oversized
 from warden.protocol.messages import (
     INVALID_REQUEST,
     ErrorResponse,
@@ -28,7 +27,6 @@ from warden.protocol.messages import (
     decode_object,
     encode_error,
     id_key,
-    scan_prefix,
 )
 from warden.transport.channel import MessageChannel
 from warden.upstream.connection import Reply
@@ -106,13 +104,8 @@ class StdioHost:
             return
         await self._gateway.host_notification(note, self.link)
 
-    async def _on_invalid(self, message: Invalid | Oversized) -> None:
-        if isinstance(message, Oversized):
-            id_raw, is_request = scan_prefix(message.prefix)
-            code = INVALID_REQUEST
-            reason = f"message of {message.size}+ bytes exceeds the {self._channel.max_message_size}-byte limit"
-        else:
-            id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
+    async def _on_invalid(self, message: Invalid) -> None:
+        id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
         log.warning("invalid message from the host: %s", reason)
         if id_raw is not None and is_request:
             await self._send(encode_error(id_raw, code, reason))

@@ -25,7 +25,6 @@ META_CLIENT_INFO: Final = "io.modelcontextprotocol/clientInfo"
 META_LOG_LEVEL: Final = "io.modelcontextprotocol/logLevel"
 META_SERVER_INFO: Final = "io.modelcontextprotocol/serverInfo"
 META_SUBSCRIPTION_ID: Final = "io.modelcontextprotocol/subscriptionId"
-TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 
 LOG_LEVELS: Final = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 

@@ -2,7 +2,9 @@
 stdin/stdout).
 
 Reading: chunks go through the :class:`~warden.protocol.framing.LineFramer` (hard size cap) and
-:func:`~warden.protocol.messages.parse_message`; the caller gets every message of a chunk at once.
+:func:`~warden.protocol.messages.parse_message`; the caller gets every message of a chunk at once. A line over the
+cap comes back as an :class:`~warden.protocol.messages.Invalid` like any other unreadable line, with the id found
+in its first bytes, so callers handle one kind of bad input.
 
 Writing: :meth:`MessageChannel.send` puts a message in an outbox bounded in *bytes*, and one writer task drains
 everything queued into a single write. A slow peer therefore pushes back on whoever produces for it (the outbox
@@ -14,32 +16,18 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from dataclasses import dataclass
 from typing import Final, final
 
 import trio
 
 from warden.errors import LocalProtocolError
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, LineFramer, Oversized
-from warden.protocol.messages import Message, parse_message
+from warden.protocol.messages import INVALID_REQUEST, Invalid, Message, parse_message, scan_prefix
 
 log = logging.getLogger(__name__)
 
 DEFAULT_OUTBOX_BYTES: Final = 8 * 1024 * 1024
 READ_CHUNK: Final = 256 * 1024
-
-Incoming = Message | Oversized
-
-
-@final
-@dataclass(slots=True)
-class ChannelStatistics:
-    messages_in: int = 0
-    messages_out: int = 0
-    bytes_in: int = 0
-    bytes_out: int = 0
-    outbox_bytes: int = 0
-    dropped_oversized: int = 0
 
 
 @final
@@ -104,23 +92,15 @@ class MessageChannel:
         self._send_stream = send_stream
         self._framer = LineFramer(max_message_size)
         self._outbox = _Outbox(outbox_bytes)
-        self._stats = ChannelStatistics()
         self._eof = False
-
-    def statistics(self) -> ChannelStatistics:
-        self._stats.outbox_bytes = self._outbox.queued_bytes
-        return self._stats
 
     @property
     def max_message_size(self) -> int:
         return self._framer.max_message_size
 
-    async def receive_batch(self) -> list[Incoming]:
-        """The messages of the next chunk; an empty list means end of stream.
-
-        Raises:
-            RemoteProtocolError: never; an unreadable line comes back as an ``Invalid`` or ``Oversized`` item.
-        """
+    async def receive_batch(self) -> list[Message]:
+        """The messages of the next chunk; an empty list means end of stream. Never raises: an unreadable or
+        oversized line comes back as an ``Invalid`` item."""
         while True:
             if self._eof:
                 return []
@@ -132,21 +112,15 @@ class MessageChannel:
                 self._eof = True
                 frames = self._framer.close()
             else:
-                self._stats.bytes_in += len(data)
                 frames = self._framer.feed(data)
             if frames or self._eof:
                 break
-        batch: list[Incoming] = []
-        for frame in frames:
-            if isinstance(frame, Oversized):
-                self._stats.dropped_oversized += 1
-                log.warning("%s: dropped a %d-byte message (limit %d bytes)", self.name, frame.size,
-                            self._framer.max_message_size)
-                batch.append(frame)
-            else:
-                batch.append(parse_message(frame))
-        self._stats.messages_in += len(batch)
-        return batch
+        return [self._oversized(frame) if isinstance(frame, Oversized) else parse_message(frame) for frame in frames]
+
+    def _oversized(self, frame: Oversized) -> Invalid:
+        id_raw, is_request = scan_prefix(frame.prefix)
+        reason = f"message of {frame.size}+ bytes exceeds the {self._framer.max_message_size}-byte limit"
+        return Invalid(INVALID_REQUEST, reason, id_raw, is_request, frame.prefix)
 
     async def send(self, message: bytes) -> None:
         """Queue one encoded message (without newline); waits while the outbox is over budget.
@@ -167,8 +141,6 @@ class MessageChannel:
                     break
                 data = b"\n".join(items) + b"\n"
                 await self._send_stream.send_all(data)
-                self._stats.messages_out += len(items)
-                self._stats.bytes_out += len(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("%s: peer stopped reading", self.name)
         finally:

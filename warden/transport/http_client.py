@@ -109,7 +109,6 @@ from warden.protocol.messages import (
     parse_message,
 )
 from warden.protocol.sse import SSEError, SSEParser
-from warden.transport.channel import Incoming
 
 __all__ = [
     "HttpConnection",
@@ -487,7 +486,7 @@ class HttpConnection:
             timeout=httpx.Timeout(connect=settings.connect_timeout, read=None, write=settings.write_timeout,
                                   pool=settings.connect_timeout))
         self._ack_timeout = httpx.Timeout(settings.ack_timeout, connect=settings.connect_timeout)
-        self._inbox_send, self._inbox_receive = trio.open_memory_channel[list[Incoming]](INBOX_BATCHES)
+        self._inbox_send, self._inbox_receive = trio.open_memory_channel[list[Message]](INBOX_BATCHES)
         self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
         self._end_reason = ""
@@ -560,7 +559,7 @@ class HttpConnection:
 
     # -- Channel ------------------------------------------------------------------------------------------------
 
-    async def receive_batch(self) -> list[Incoming]:
+    async def receive_batch(self) -> list[Message]:
         """The next messages from the server (from any stream), in the order each stream delivered them."""
         try:
             return await self._inbox_receive.receive()

@@ -41,13 +41,14 @@ from warden.protocol.eras import (
     Era,
     request_meta,
 )
-from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, Oversized
+from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.protocol.messages import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
     ErrorResponse,
     Invalid,
+    Message,
     Notification,
     Request,
     Response,
@@ -61,7 +62,6 @@ from warden.protocol.messages import (
     encode_result,
     error_object,
     id_key,
-    scan_prefix,
 )
 from warden.protocol.probe import (
     Incompatible,
@@ -73,7 +73,7 @@ from warden.protocol.probe import (
     StdioProbe,
     check_initialize_result,
 )
-from warden.transport.channel import Incoming, MessageChannel
+from warden.transport.channel import MessageChannel
 from warden.upstream.stderr import StderrTail
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class Channel(Protocol):
         """Send one encoded message; raises ``trio.ClosedResourceError`` once the connection is gone."""
         ...
 
-    async def receive_batch(self) -> list[Incoming]:
+    async def receive_batch(self) -> list[Message]:
         """The next messages; an empty list means the connection ended."""
         ...
 
@@ -492,13 +492,8 @@ class _Session:
                    else encode_error_object(reply.error or error_object(INTERNAL_ERROR, "error"), id_raw))
         await self._send_shielded(message)
 
-    async def _on_invalid(self, message: Invalid | Oversized) -> None:
-        if isinstance(message, Oversized):
-            id_raw, is_request = scan_prefix(message.prefix)
-            limit = self.channel.max_message_size
-            code, reason = -32600, f"message of {message.size}+ bytes exceeds the {limit}-byte limit"
-        else:
-            id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
+    async def _on_invalid(self, message: Invalid) -> None:
+        id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
         log.warning("%s: invalid message from the server: %s", self._upstream.name, reason)
         if id_raw is None:
             return
