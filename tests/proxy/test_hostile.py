@@ -10,8 +10,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support import RAWSERVER, RawHost, rss_kib, through_warden
+from warden.audit import digest
 from warden.audit._records import Event, Record, check_record
 from warden.gateway.link import host_name
+from warden.gateway.recorder import bounded
 
 MB = 1024 * 1024
 
@@ -139,3 +141,15 @@ def test_any_clientInfo_becomes_a_short_recordable_host_name_or_none(client_info
     check_record(Record(event=Event.CALL_DECIDED, client=name))
     assert isinstance(client_info, dict)
     assert name.startswith(client_info["name"].encode("utf-8", "replace").decode()[:256])
+
+
+@given(st.text(max_size=600), st.integers(min_value=120, max_value=400))
+def test_a_long_text_is_cut_for_its_record_with_its_length_and_digest_never_silently(text: str, limit: int) -> None:
+    """Server error texts, refusal reasons and tool names are the other side's to choose: a record keeps at most
+    ``limit`` characters of one, and a cut one ends with the full text's length and SHA-256."""
+    kept = bounded(text, limit)
+    assert len(kept) <= limit
+    if kept != text:
+        full = digest(text.encode("utf-8", "surrogatepass"))
+        assert kept.endswith(f"…[{len(text)} characters, {full}]")
+        assert text.startswith(kept[: kept.index("…[")])

@@ -25,14 +25,18 @@ _PIN_EVENTS: Final = {"new": audit.Event.PIN_CREATED, "changed": audit.Event.PIN
                       "rejected": audit.Event.PIN_CHANGED, "tofu-approved": audit.Event.PIN_APPROVED,
                       "reverted": audit.Event.PIN_APPROVED}
 _CONSENT: Final = {"trust-on-first-use": audit.Consent.TRUST_ON_FIRST_USE, "elicitation": audit.Consent.ELICITATION}
-_TARGET_MAX: Final = 2000
+_TARGET_MAX: Final = 2000  # tool and prompt names, resource URIs
+_TEXT_MAX: Final = 4000  # reasons and errors (a server's error text is the server's to choose)
+_RULE_MAX: Final = 256
 
 
-def _target(value: str) -> str:
-    """A target short enough for a record; a longer one keeps its start and its digest (never cut silently)."""
-    if len(value) <= _TARGET_MAX:
+def bounded(value: str, limit: int) -> str:
+    """``value`` if it fits ``limit`` characters, else its start and a note of its full length and SHA-256: a
+    record stays small and never loses text silently (the digest proves what was there)."""
+    if len(value) <= limit:
         return value
-    return value[:_TARGET_MAX - 80] + "…" + audit.digest(value.encode())
+    note = f"…[{len(value)} characters, {audit.digest(value.encode('utf-8', 'surrogatepass'))}]"
+    return value[: limit - len(note)] + note
 
 
 @final
@@ -71,27 +75,28 @@ class Recorder:
 
     async def launched(self, label: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_LAUNCHED, sandbox_digest=self._sandbox,
-                                                policy_digest=self._policy, target=_target(label)))
+                                                policy_digest=self._policy, target=bounded(label, _TARGET_MAX)))
 
     async def exited(self, reason: str) -> None:
-        await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=reason[:4000]))
+        await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=bounded(reason, _TEXT_MAX)))
 
     async def refused(self, reason: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_REFUSED, policy_digest=self._policy,
-                                                error=reason[:4000]))
+                                                error=bounded(reason, _TEXT_MAX)))
 
     async def pins(self, detections: Sequence[Detection]) -> None:
         for d in detections:
             consent = audit.Consent.TRUST_ON_FIRST_USE if d.event == "tofu-approved" else None
             await self._append_quietly(self._record(
-                _PIN_EVENTS[d.event], method=d.kind, target=_target(d.key), target_digest=d.digest,
+                _PIN_EVENTS[d.event], method=d.kind, target=bounded(d.key, _TARGET_MAX), target_digest=d.digest,
                 previous_digest=d.previous_digest, consent=consent, reason=d.detail or d.event))
 
     async def approved(self, entries: Sequence[PinEntry]) -> None:
         """Approvals a human gave in-band (through the host's elicitation)."""
         for entry in entries:
             await self._append_quietly(self._record(
-                audit.Event.PIN_APPROVED, method=entry.kind, target=_target(entry.key), target_digest=entry.digest,
+                audit.Event.PIN_APPROVED, method=entry.kind, target=bounded(entry.key, _TARGET_MAX),
+                target_digest=entry.digest,
                 consent=audit.Consent.ELICITATION))
 
     # -- decisions and outcomes ---------------------------------------------------------------------------------
@@ -117,10 +122,11 @@ class Recorder:
             else:
                 consent = audit.Consent.POLICY
         record = self._record(
-            audit.Event.CALL_DECIDED, client=client, method=method, target=_target(target),
+            audit.Event.CALL_DECIDED, client=client, method=method, target=bounded(target, _TARGET_MAX),
             target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
-            rule=str(decision.rule)[:256], decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
-            consent=consent, reason=decision.reason[:4000],
+            rule=bounded(str(decision.rule), _RULE_MAX),
+            decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
+            consent=consent, reason=bounded(decision.reason, _TEXT_MAX),
             request_digest=audit.digest(request) if request is not None else None,
             arguments=audit.Arguments.capture(arguments, self._detail) if arguments is not None else None,
             sandbox_digest=self._sandbox)
@@ -139,7 +145,8 @@ class Recorder:
         record = self._record(
             audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
             result_digest=audit.digest(result) if result is not None else None,
-            result_size=len(result) if result is not None else None, error=error[:4000] if error else None)
+            result_size=len(result) if result is not None else None,
+            error=bounded(error, _TEXT_MAX) if error else None)
         if self._background is not None:
             self._background.start_soon(self._append_quietly, record)
         else:
