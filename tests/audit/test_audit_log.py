@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from warden.audit import (
+    LATER_WITHIN,
     AuditLogFailed,
     AuditUnavailable,
     Decision,
@@ -120,6 +121,43 @@ async def test_cancelled_append_leaves_the_log_usable(state_dir: Path) -> None:
         index = await log.append(decision(2))
         assert index in (1, 2)
     verify_dir(state_dir)
+
+
+async def test_a_record_nothing_waits_on_rides_with_the_next_append(state_dir: Path) -> None:
+    """A call's outcome is queued with append_later; the next call's decision carries it: one fdatasync for both."""
+    async with open_audit_log(state_dir) as log:
+        before = log.statistics()
+        log.append_later(decision(1))
+        assert log.statistics().records == before.records  # queued, not yet durable
+        assert await log.append(decision(2)) == 2  # the queued record took index 1, in the same batch
+        after = log.statistics()
+        assert (after.records - before.records, after.batches - before.batches) == (2, 1)
+    _, records = verify_dir(state_dir)
+    assert [r["request_digest"] for r in records[1:3]] == [decision(1).request_digest, decision(2).request_digest]
+
+
+async def test_a_record_nothing_waits_on_is_made_durable_alone_when_no_append_comes(state_dir: Path) -> None:
+    async with open_audit_log(state_dir) as log:
+        before = log.statistics().records
+        log.append_later(decision(1))
+        with trio.fail_after(5):  # a hang guard; the bound itself is LATER_WITHIN
+            while log.statistics().records == before:
+                await trio.sleep(LATER_WITHIN / 5)
+        with LogReader(state_dir) as reader:  # durable while the writer still runs, not only at close
+            assert [json.loads(raw.data)["event"] for raw in reader.records()] == ["audit.opened", "call.decided"]
+
+
+async def test_a_failed_batch_of_records_nothing_waits_on_still_fails_the_log_closed(state_dir: Path) -> None:
+    async with open_audit_log(state_dir) as log:
+        log._store._fail(OSError(5, "Input/output error"))
+        log.append_later(decision(1))  # queued before anyone knew
+        with trio.fail_after(5):
+            while not log.failed:
+                await trio.sleep(LATER_WITHIN / 5)
+        with pytest.raises(AuditLogFailed, match="Input/output error"):
+            await log.append(decision(2))  # the next decision is refused: nothing more is forwarded
+        with pytest.raises(AuditLogFailed):
+            log.append_later(decision(3))
 
 
 def test_write_ahead_log_made_unwritable_mid_run_refuses_every_later_call(state_dir: Path) -> None:

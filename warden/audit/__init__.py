@@ -17,7 +17,7 @@ How the gateway uses it (write-ahead: await the record *before* forwarding; the 
             arguments=audit.Arguments.capture(params.get("arguments"), audit.Detail.HASH),
             sandbox_digest=profile_digest))
         ... forward, get the result ...
-        await log.append(audit.Record(
+        log.append_later(audit.Record(                        # nothing waits on it: the next append carries it
             event=audit.Event.CALL_OUTCOME, method="tools/call", decision_index=decided,
             outcome=audit.Outcome.OK, result_digest=audit.digest(result_wire_bytes),
             result_size=len(result_wire_bytes)))
@@ -26,6 +26,7 @@ Promises:
 
 * ``append`` returns the record's index only after an ``fdatasync`` covered it. Concurrent appends share one
   ``fdatasync`` (group commit); the flock, writes and syncs run in a worker thread, never on the event loop.
+  ``append_later`` queues a record nothing waits on; it is durable within ``LATER_WITHIN`` seconds.
 * Any write or fsync error fails the log for good: that ``append`` and every later one raise
   :class:`AuditLogFailed` (an ``AuditError``). Refuse the action when ``append`` raises; recovery on the next
   start re-reads the disk. A malformed record raises :class:`InvalidRecord` (also an ``AuditError``) without
@@ -56,7 +57,7 @@ from warden.audit._checkpoint import (
     verify_tlog_proof,
 )
 from warden.audit._errors import AuditLogFailed, AuditUnavailable, ForkEvidence
-from warden.audit._log import AuditLog, AuditLogStatistics, open_audit_log
+from warden.audit._log import LATER_WITHIN, AuditLog, AuditLogStatistics, open_audit_log
 from warden.audit._merkle import ProofError
 from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError, parse_vkey
 from warden.audit._records import (
@@ -78,6 +79,7 @@ from warden.audit._records import (
 from warden.audit._verify import CheckpointSource, VerifiedLog, verify_log
 
 __all__ = [
+    "LATER_WITHIN",
     "MAX_RECORD_BYTES",
     "RECORD_VERSION",
     "Arguments",

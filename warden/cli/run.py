@@ -264,7 +264,7 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
         background = await stack.enter_async_context(trio.open_nursery())
         recorder = Recorder(log_, server=plan.name, server_id=guard.identity, policy_digest=guard.policy.digest,
                             sandbox_digest=canonical_digest(guard.manifest.get("sandbox") or {}),
-                            detail=guard.policy.audit_arguments.value, background=background)
+                            detail=guard.policy.audit_arguments.value)
         await recorder.policy_loaded()
         await recorder.pins(await guard.observe_identity())
         signer = StateSigner(await trio.to_thread.run_sync(load_state_key, plan.state_dir))

@@ -333,15 +333,14 @@ class Gateway:
         try:
             response, reply = await self._forward(request, ctx, params, sink)
         except WardenError as exc:
-            await self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
-                                        outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+            self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
+                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
             raise
         except trio.Cancelled:
-            with trio.CancelScope(shield=True):
-                await self.recorder.outcome(index, method=request.method, result=None, error="cancelled by the host",
-                                            outcome=audit.Outcome.CANCELLED)
+            self.recorder.outcome(index, method=request.method, result=None, error="cancelled by the host",
+                                  outcome=audit.Outcome.CANCELLED)
             raise
-        await self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
+        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
         return response
 
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
@@ -507,10 +506,10 @@ class Gateway:
             self._in_flight.discard(entry)
         exchange.finish(result)
         if isinstance(result, Reply):
-            await self.recorder.outcome(index, method=method, result=result.result, error=result.message or None)
+            self.recorder.outcome(index, method=method, result=result.result, error=result.message or None)
         else:
-            await self.recorder.outcome(index, method=method, result=None, error=result.message,
-                                        outcome=audit.Outcome.FAILED)
+            self.recorder.outcome(index, method=method, result=None, error=result.message,
+                                  outcome=audit.Outcome.FAILED)
         with trio.move_on_after(self._question_timeout):
             await exchange.collected.wait()
         self._exchanges.pop(exchange.id, None)
@@ -905,7 +904,7 @@ class Gateway:
             answer = await link.ask(sink, method, body)
         if method == "roots/list" and answer.ok:
             answer = Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
-        await self.recorder.outcome(index, method=method, result=answer.result, error=answer.message or None)
+        self.recorder.outcome(index, method=method, result=answer.result, error=answer.message or None)
         return answer
 
     async def on_lifecycle(self, event: str, detail: str) -> None:

@@ -1,7 +1,8 @@
 """What the gateway writes to the audit log, and when.
 
 Write-ahead: an allowed ``tools/call`` / ``prompts/get`` / ``resources/read`` (or a server question forwarded to a
-host) is forwarded only after its ``call.decided`` record is durable; its ``call.outcome`` follows. If the log
+host) is forwarded only after its ``call.decided`` record is durable; its ``call.outcome`` follows without holding
+up the answer (durable with the next decision, or within ``audit.LATER_WITHIN`` seconds). If the log
 cannot take the record, :meth:`Recorder.decided` raises and the action is refused — warden never does what it
 could not record. Denials, pin events and the server's lifecycle are recorded too; a failure to record one of
 those is logged, and the next allowed action is refused (the log stays failed until warden restarts).
@@ -12,8 +13,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
-
-import trio
 
 from warden import audit
 from warden.errors import AuditError
@@ -45,9 +44,8 @@ class Recorder:
     ``--unsafe-no-audit`` (warned about at start); every method is then a no-op."""
 
     def __init__(self, log_: audit.AuditLog | None, *, server: str, server_id: str, policy_digest: str,
-                 sandbox_digest: str | None, detail: str, background: trio.Nursery | None = None) -> None:
+                 sandbox_digest: str | None, detail: str) -> None:
         self._log = log_
-        self._background = background
         self._server = server
         self._server_id = server_id
         self._policy = policy_digest
@@ -66,7 +64,10 @@ class Recorder:
         try:
             await self._append(record)
         except AuditError as exc:
-            log.error("%s: audit: could not record %s: %s", self._server, record.event, exc.message)
+            self._could_not_record(record, exc)
+
+    def _could_not_record(self, record: audit.Record, exc: AuditError) -> None:
+        log.error("%s: audit: could not record %s: %s", self._server, record.event, exc.message)
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -135,11 +136,11 @@ class Recorder:
         await self._append_quietly(record)
         return None
 
-    async def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
-                      outcome: audit.Outcome | None = None) -> None:
-        """Record how an allowed action ended. The host need not wait for this one to be durable (the decision
-        was), so with a ``background`` nursery the append completes there while the answer goes out."""
-        if index is None:
+    def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
+                outcome: audit.Outcome | None = None) -> None:
+        """Record how an allowed action ended. Nothing waits for this one to be durable (the decision was), so it
+        is queued and the answer goes out at once."""
+        if index is None or self._log is None:
             return
         kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
         record = self._record(
@@ -147,7 +148,7 @@ class Recorder:
             result_digest=audit.digest(result) if result is not None else None,
             result_size=len(result) if result is not None else None,
             error=bounded(error, _TEXT_MAX) if error else None)
-        if self._background is not None:
-            self._background.start_soon(self._append_quietly, record)
-        else:
-            await self._append_quietly(record)
+        try:
+            self._log.append_later(record)
+        except AuditError as exc:
+            self._could_not_record(record, exc)
