@@ -50,6 +50,7 @@ from warden.gateway.core import Gateway
 from warden.gateway.http_access import AccessPolicy, bearer_matches, is_loopback, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
 from warden.gateway.link import HostLink
+from warden.gateway.shaping import routable_client_capabilities
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     LEGACY_VERSIONS,
@@ -96,7 +97,6 @@ _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control
                        (b"x-accel-buffering", b"no")]
 _SESSION_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 _LAST_EVENT_ID: Final = re.compile(r"([0-9]{1,12})-([0-9]{1,12})")
-_QUESTION_CAPABILITIES: Final = ("sampling", "elicitation", "roots")
 _MAX_DONE_STREAMS: Final = 64
 """Finished response streams a session keeps for resumption beyond which the oldest are forgotten early."""
 _PRIMING_FROM: Final = "2025-11-25"
@@ -706,7 +706,7 @@ class HttpFace:
         self._nursery.start_soon(self._run_in_session, session, message, key, scope, stream)
         legacy = session.link.legacy
         asks = (legacy is not None and message.method in MRTR_METHODS
-                and any(legacy.capabilities.get(name) is not None for name in _QUESTION_CAPABILITIES))
+                and bool(routable_client_capabilities(legacy.capabilities)))
         params = decode_object(message.params)
         meta = params.get("_meta")
         upfront = asks or (isinstance(meta, dict) and meta.get("progressToken") is not None)
