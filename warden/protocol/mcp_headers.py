@@ -28,6 +28,7 @@ from decimal import Decimal
 from typing import Any, Final, TypeAlias, final
 
 from warden.errors import LocalProtocolError, RemoteProtocolError
+from warden.protocol.eras import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION, MODERN_VERSIONS
 from warden.protocol.messages import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -39,7 +40,9 @@ from warden.protocol.messages import (
 )
 
 __all__ = [
+    "HTTP_FIELD_VALUE",
     "HTTP_STATUS",
+    "HTTP_TOKEN",
     "MAX_SAFE_INTEGER",
     "METHOD_HEADER",
     "NAME_FIELDS",
@@ -92,17 +95,15 @@ HTTP_STATUS: Final[Mapping[int, int]] = {
 }
 """The HTTP status a modern server sends with each JSON-RPC error code (streamable-http.mdx, basic/index)."""
 
-_META_VERSION: Final = "io.modelcontextprotocol/protocolVersion"
-_META_CAPABILITIES: Final = "io.modelcontextprotocol/clientCapabilities"
 
 _PREFIX: Final = "=?base64?"
 _SUFFIX: Final = "?="
-# RFC 9110 §5.6.2 token: what an x-mcp-header value may be, since it becomes part of a field name.
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+#: RFC 9110 §5.6.2 token: what a header name (and an x-mcp-header value, which becomes part of one) may be.
+HTTP_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 # A plain (unencoded) value: printable ASCII and space; no tab, no control character, nothing beyond ASCII.
 _PLAIN: Final = re.compile(r"[\x20-\x7e]*")
-# What a received field value may hold once the HTTP layer has removed the whitespace around it.
-_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
+#: What a field value may hold once the whitespace around it is removed (RFC 9110 §5.5, ASCII only).
+HTTP_FIELD_VALUE: Final = re.compile(r"[\t\x20-\x7e]*")
 _FIELD_VALUE_BYTES: Final = re.compile(rb"[\t\x20-\x7e]*")
 _DECIMAL: Final = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
 _PRIMITIVE_TYPES: Final = frozenset({"string", "integer", "boolean"})
@@ -169,7 +170,7 @@ def decode_header_value(value: str) -> str:
     Raises :class:`HeaderValueError` for characters no field value may hold (control characters other than tab,
     non-ASCII) and for a sentinel whose payload does not decode.
     """
-    if not _FIELD_VALUE.fullmatch(value):
+    if not HTTP_FIELD_VALUE.fullmatch(value):
         raise HeaderValueError(f"header value {_show(value)} holds characters an HTTP field may not carry")
     if not _is_sentinel(value):
         return value
@@ -300,7 +301,7 @@ def _check_annotation(
         return f"x-mcp-header at {at} is a {type(name).__name__}, not a string"
     if not name:
         return f"x-mcp-header at {at} is empty"
-    if not _TOKEN.fullmatch(name):
+    if not HTTP_TOKEN.fullmatch(name):
         return f"x-mcp-header {_show(name)} at {at} is not an HTTP token (letters, digits, !#$%&'*+-.^_`|~)"
     declared = schema.get("type")
     if not isinstance(declared, str) or declared not in _PRIMITIVE_TYPES:
@@ -407,7 +408,7 @@ def request_headers(
     name-bearing method has no string name, and as :func:`param_headers` does.
     """
     meta = params.get("_meta") if isinstance(params, Mapping) else None
-    version = meta.get(_META_VERSION) if isinstance(meta, Mapping) else None
+    version = meta.get(META_PROTOCOL_VERSION) if isinstance(meta, Mapping) else None
     if not isinstance(params, Mapping) or not isinstance(version, str):
         raise LocalProtocolError(f"{method} request has no _meta protocol version to mirror into a header")
     headers = [(PROTOCOL_VERSION_HEADER, version), (METHOD_HEADER, method)]
@@ -537,7 +538,7 @@ def validate_request_headers(
     params: Mapping[str, Any] | None,
     *,
     tool: ToolHeaders | None = None,
-    supported_versions: Collection[str] = ("2026-07-28",),
+    supported_versions: Collection[str] = MODERN_VERSIONS,
 ) -> Rejection | None:
     """Check a modern request's headers against its body: None when it may proceed, else a :class:`Rejection`.
 
@@ -564,11 +565,11 @@ def validate_request_headers(
     meta = params.get("_meta") if isinstance(params, Mapping) else None
     if not isinstance(params, Mapping) or not isinstance(meta, Mapping):
         return Rejection(INVALID_PARAMS, "params._meta is required on every 2026-07-28 request")
-    version = meta.get(_META_VERSION)
+    version = meta.get(META_PROTOCOL_VERSION)
     if not isinstance(version, str):
-        return Rejection(INVALID_PARAMS, f"params._meta[{_META_VERSION!r}] must be a string")
-    if not isinstance(meta.get(_META_CAPABILITIES), Mapping):
-        return Rejection(INVALID_PARAMS, f"params._meta[{_META_CAPABILITIES!r}] must be an object")
+        return Rejection(INVALID_PARAMS, f"params._meta[{META_PROTOCOL_VERSION!r}] must be a string")
+    if not isinstance(meta.get(META_CLIENT_CAPABILITIES), Mapping):
+        return Rejection(INVALID_PARAMS, f"params._meta[{META_CLIENT_CAPABILITIES!r}] must be an object")
 
     folded = _fold(headers)
     rejected = (_repeats(_single(folded, PROTOCOL_VERSION_HEADER), PROTOCOL_VERSION_HEADER, version)

@@ -86,6 +86,8 @@ from warden.protocol.http_answers import (
     valid_session_id,
 )
 from warden.protocol.mcp_headers import (
+    HTTP_FIELD_VALUE,
+    HTTP_TOKEN,
     PROTOCOL_VERSION_HEADER,
     ToolHeaders,
     check_tool_headers,
@@ -138,8 +140,6 @@ STOP_GRACE: Final = 5.0
 """Seconds a stop may spend saying goodbye (DELETE) before it closes the connection regardless."""
 MAX_URL_LENGTH: Final = 8192
 
-_TOKEN: Final = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_HEADER_VALUE: Final = re.compile(r"[\x20-\x7e\t]*")
 _RESERVED_HEADERS: Final = frozenset({
     "accept", "accept-encoding", "connection", "content-length", "content-type", "host", "last-event-id",
     "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id", "transfer-encoding", "te", "upgrade",
@@ -214,11 +214,11 @@ def http_config(url: str, *, headers: Iterable[tuple[str, str]] = (), **limits: 
         raise ConfigError(f"the server URL {url!r} has a #fragment, which HTTP never sends")
     checked: list[tuple[str, str]] = []
     for name, value in headers:
-        if not _TOKEN.fullmatch(name):
+        if not HTTP_TOKEN.fullmatch(name):
             raise ConfigError(f"{name!r} is not a valid HTTP header name")
         if name.lower() in _RESERVED_HEADERS or name.lower().startswith("mcp-"):
             raise ConfigError(f"warden sets the {name} header itself; it cannot be configured")
-        if not _HEADER_VALUE.fullmatch(value) or value != value.strip():
+        if not HTTP_FIELD_VALUE.fullmatch(value) or value != value.strip():
             raise ConfigError(f"the value for header {name} holds control characters or non-ASCII text, or "
                               "surrounding whitespace")
         checked.append((name, value))
@@ -617,7 +617,7 @@ class HttpConnection:
             version = decode_object(response.result).get("protocolVersion")
         except (msgspec.DecodeError, TypeError):
             return
-        if isinstance(version, str) and _HEADER_VALUE.fullmatch(version):
+        if isinstance(version, str) and HTTP_FIELD_VALUE.fullmatch(version):
             self._version = version
 
     def _next_wire_id(self) -> bytes:
