@@ -190,7 +190,7 @@ def _secrets(env: Mapping[str, str]) -> tuple[str, ...]:
 
 
 def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
-                options: UpstreamOptions | None = None, *, http_headers: Sequence[str] = ()) -> ServerPlan:
+                options: UpstreamOptions, *, http_headers: Sequence[str] = ()) -> ServerPlan:
     """Load the effective policy for ``name``, decide the launch, build its sandbox and identity.
 
     Raises:
@@ -213,14 +213,14 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         raise ConfigError("--header only goes with an http(s):// server URL")
     try:
         if len(server.argv) == 1 and is_http_url(server.argv[0]):
-            connector, manifest = _http_connector(server, name, ctx, http_headers, options or UpstreamOptions())
+            connector, manifest = _http_connector(server, name, ctx, http_headers, options)
             guard = Guard(policy=server, store=store, manifest=launch_manifest(
                 server.argv, server.env_names.value, manifest, server.network.value))
             return ServerPlan(name, connector, guard, state_dir, _secrets(env))
         launcher = _launcher_for(server, spec, state_dir, ctx.env)
         assert spec is not None
         manifest = launcher.manifest(spec)
-        connector = StdioConnector(spec, launcher, options or UpstreamOptions(), name)
+        connector = StdioConnector(spec, launcher, options, name)
     except (LaunchError, SandboxUnavailable) as exc:
         log.error("%s: %s", name, exc.message)
         if exc.hint:

@@ -449,7 +449,7 @@ class Gateway:
                                           jsonrpc_code=INVALID_PARAMS)
             exchange.deliver(params.get("inputResponses"))
         else:
-            exchange = Exchange(host=link.id, binding=binding, question_timeout=self._question_timeout)
+            exchange = Exchange(question_timeout=self._question_timeout)
             self._exchanges[exchange.id] = exchange
             forwarded = {k: v for k, v in params.items() if k not in ("requestState", "inputResponses")}
             self._background.start_soon(self._run_exchange, exchange, request, forwarded, ctx, link)

@@ -441,10 +441,10 @@ class HttpFace:
                 await self._refuse(send, 404, INVALID_REQUEST,
                                    "Session not found: it ended or never existed; send initialize for a new one")
                 return
-            await self._session_post(session, request, message, receive, send)
+            await self._session_post(session, message, receive, send)
         elif isinstance(message, Request) and message.method == "initialize" and not isinstance(
                 _meta_version(message.params), str):
-            await self._initialize(request, message, receive, send)
+            await self._initialize(message, receive, send)
         else:
             await self._modern_post(request, message, receive, send)
 
@@ -630,7 +630,7 @@ class HttpFace:
         session.end()
         self._gateway.detach(session.link)
 
-    async def _initialize(self, request: _Request, message: Request, receive: _Receive, send: _Send) -> None:
+    async def _initialize(self, message: Request, receive: _Receive, send: _Send) -> None:
         self._sweep()
         if len(self._sessions) >= self._options.max_sessions:
             await self._refuse(send, 503, INVALID_REQUEST,
@@ -656,9 +656,8 @@ class HttpFace:
         if answer is not None and isinstance(parse_message(answer), ErrorResponse):
             self._end(key, session)  # the handshake failed: there is no session to keep
 
-    async def _session_post(self, session: _Session, request: _Request,
-                            message: Request | Notification | Response | ErrorResponse, receive: _Receive,
-                            send: _Send) -> None:
+    async def _session_post(self, session: _Session, message: Request | Notification | Response | ErrorResponse,
+                            receive: _Receive, send: _Send) -> None:
         if isinstance(message, Request):
             if message.method == "initialize":
                 await self._refuse(send, 400, INVALID_REQUEST, "initialize was already received in this session",

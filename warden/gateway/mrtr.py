@@ -78,22 +78,18 @@ class Questions:
 
 @final
 class Exchange:
-    """One request a 2026 host continues across rounds. ``id`` is secret only in combination with the MAC."""
+    """One request a 2026 host continues across rounds. ``id`` is secret only in combination with the MAC; the
+    host link and request it belongs to are bound by the ``requestState`` that names it, checked when it is
+    opened."""
 
-    def __init__(self, *, host: str, binding: str, question_timeout: float) -> None:
+    def __init__(self, *, question_timeout: float) -> None:
         self.id = secrets.token_urlsafe(16)
-        self.host = host
-        self.binding = binding
         self._timeout = question_timeout
         self._held: dict[str, _Held] = {}
         self._next = 0
         self._result: Reply | WardenError | None = None
         self._changed = trio.Event()
         self.collected = trio.Event()
-
-    @property
-    def finished(self) -> bool:
-        return self._result is not None
 
     async def ask(self, method: str, params: Mapping[str, Any]) -> Reply:
         """The server's question (called from the server's side): wait for the host's answer in a retry."""
