@@ -406,11 +406,13 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
             else:
                 script_index = None
 
-    names = [os.path.basename(p) for p in (*( _hops(interpreter) if interpreter else ()), *_hops(exe))]
+    exe_hops = list(_hops(exe))
+    interpreter_hops = list(_hops(interpreter)) if interpreter else []
+    names = [os.path.basename(p) for p in (*interpreter_hops, *exe_hops)]
     profile = _pick_profile(setting, profiles, names, exe)
     binds = _Binds(profile)
-    interpreter_paths = list(_hops(interpreter)) if interpreter else list(_hops(exe))
-    interesting = [*_hops(exe), *(interpreter_paths if interpreter else ()), *(_hops(script) if script else ())]
+    interpreter_paths = interpreter_hops or exe_hops
+    interesting = [*exe_hops, *interpreter_hops, *(_hops(script) if script else ())]
     evidence += interesting
     for item in profile.bind:
         finder = item.finds
