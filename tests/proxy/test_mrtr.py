@@ -3,6 +3,7 @@ a 2026 server's input requests served to a legacy host (PX08) — through ``ward
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from pathlib import Path
@@ -56,9 +57,13 @@ async def test_SEC07_SEC08_tampered_or_foreign_request_state_is_refused() -> Non
     key = next(iter(first["result"]["inputRequests"]))
     responses = {key: {"action": "accept", "content": {"name": "x"}}}
     payload, mac = state[5:].split(".")
-    tampered = "wdn1." + payload[:-2] + ("AA" if payload[-2:] != "AA" else "BB") + "." + mac
-    refused = await call_modern(host, 2, FORM, requestState=tampered, inputResponses=responses)
-    assert refused["error"]["code"] == -32602
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    later = json.dumps({**claims, "e": claims["e"] + 3600}, separators=(",", ":")).encode()
+    tampered = "wdn1." + base64.urlsafe_b64encode(later).rstrip(b"=").decode() + "." + mac  # valid JSON, old MAC
+    for forged in (tampered, "wdn1." + payload + "." + mac[:-1] + "\u00e9"):  # non-ASCII: no crash either
+        refused = await call_modern(host, 2, FORM, requestState=forged, inputResponses=responses)
+        assert refused["error"]["code"] == -32602
+        assert refused["error"]["message"] == "requestState is invalid, expired, or not for this request"
     other_call = await call_modern(host, 3, {**FORM, "params": {**FORM["params"], "message": "x"}},
                                    requestState=state, inputResponses=responses)
     assert other_call["error"]["code"] == -32602  # bound to the exact request it continues (SEC08)

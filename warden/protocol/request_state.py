@@ -80,8 +80,8 @@ class StateSigner:
         """
         refused = RemoteProtocolError("requestState is invalid, expired, or not for this request",
                                       jsonrpc_code=INVALID_PARAMS)
-        if not is_ours(state) or len(state) > MAX_STATE_LENGTH:
-            raise refused
+        if not is_ours(state) or len(state) > MAX_STATE_LENGTH or not state.isascii():
+            raise refused  # (a state warden minted is ASCII; compare_digest refuses to compare anything else)
         body = state[len(PREFIX):]
         payload, _, mac = body.partition(".")
         if not payload or not mac or not hmac.compare_digest(mac, self._mac(payload)):
@@ -91,7 +91,8 @@ class StateSigner:
             exchange, claimed_host, claimed_binding, expires = claims["x"], claims["h"], claims["b"], claims["e"]
         except (ValueError, KeyError, TypeError) as exc:  # a valid MAC over a payload warden never wrote
             raise refused from exc
-        if not (hmac.compare_digest(str(claimed_host), host) and hmac.compare_digest(str(claimed_binding), binding)):
+        if not (hmac.compare_digest(str(claimed_host).encode(), host.encode())
+                and hmac.compare_digest(str(claimed_binding).encode(), binding.encode())):
             raise refused
         if not isinstance(expires, int | float) or now > expires:
             raise refused
