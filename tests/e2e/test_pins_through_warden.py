@@ -21,7 +21,7 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
-from tests.support import FIXTURES, PYTHON, WARDEN, sandbox_readable
+from tests.support import FIXTURES, PYTHON, WARDEN, RawHost, sandbox_readable
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
 BASE_TOOL = {"name": "add", "description": "Adds two numbers.",
@@ -201,11 +201,19 @@ async def test_declined_in_band_consent_approves_nothing(control: Path) -> None:
     assert "approved" not in pins("list", "rug").stdout.replace("pending", "")
 
 
-async def test_PX01_host_without_elicitation_is_never_asked(control: Path) -> None:
-    async with host(control) as client:  # no elicitation callback: the SDK declares no elicitation
-        assert await names(client) == []
-        with pytest.raises(MCPError, match="warden pins review rug"):
-            await call(client)
+@pytest.mark.parametrize("capabilities", [{}, {"elicitation": {"url": {}}}, {"sampling": {}, "roots": {}}])
+async def test_PX01_host_without_form_elicitation_is_never_asked(control: Path, capabilities: dict[str, object]
+                                                                 ) -> None:
+    """A legacy host that did not declare form elicitation gets the refusal with the approving command, and warden
+    puts no ``elicitation/create`` on the wire (a raw host sees every byte; an SDK would answer one quietly)."""
+    argv = [WARDEN, "run", "--name", "rug", "--", PYTHON, str(FIXTURES / "rugpull_server.py"), str(control)]
+    raw = await RawHost.start(argv, env={**os.environ})
+    await raw.initialize(capabilities)
+    refused = await raw.call(1, "add", {"a": 1, "b": 2})
+    assert "warden pins review rug" in json.dumps(refused["error"])
+    assert await raw.close() == 0
+    assert [m.get("method") for m in raw.seen if "method" in m] == []
+    assert "pending" in pins("list", "rug").stdout
 
 
 @pytest.mark.parametrize("upstream", ["legacy", "modern"])

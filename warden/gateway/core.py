@@ -634,8 +634,8 @@ class Gateway:
 
     @staticmethod
     def _can_ask_in_band(link: HostLink, ctx: Context) -> bool:
-        """A human can be asked on this request: a legacy host that declared form elicitation. (A 2026 host could
-        be asked through an ``input_required`` round; until warden mints its own request state, it is not.)"""
+        """A human can be asked on the wire for this request: a legacy host that declared form elicitation. (A
+        2026 host that can show a form is asked through an ``input_required`` round instead: :meth:`_needs_human`.)"""
         return ctx.era is Era.LEGACY and link.legacy is not None and \
             HostCapabilities.from_client_capabilities(link.legacy.capabilities).elicitation_form
 
