@@ -31,9 +31,11 @@ def processes_with(marker: str) -> list[int]:
 
 
 async def test_LC10_LC11_server_ignoring_eof_and_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
-    pids = tmp_path / "pids"
+    """Shutdown escalates in order: stdin closed, then SIGTERM (the server sees both and ignores them), then
+    SIGKILL, after which nothing of the server survives."""
+    pids, log = tmp_path / "pids", tmp_path / "log"
     host = await RawHost.start(through_warden(
-        [*RAWSERVER, "--ignore-eof-and-term", "--pidfile", str(pids)], "--shutdown-grace", "0.5"))
+        [*RAWSERVER, "--ignore-eof-and-term", "--pidfile", str(pids), "--log", str(log)], "--shutdown-grace", "0.5"))
     await host.initialize()
     server = [p for p in processes_with(str(pids)) if p != host.process.pid]
     assert server, "the server is not running"
@@ -41,7 +43,8 @@ async def test_LC10_LC11_server_ignoring_eof_and_sigterm_is_killed_after_the_gra
     with trio.fail_after(5):
         while processes_with(str(pids)):
             await trio.sleep(0.05)
-    # It was SIGKILLed: it ignored both the closed stdin and SIGTERM, and nothing of it survives.
+    steps = [m["event"] for m in received(log) if "event" in m]
+    assert steps == ["stdin EOF ignored", "SIGTERM ignored"]
 
 
 async def test_LC09_initialize_is_never_cancelled_the_server_is_closed_instead(tmp_path: Path) -> None:
