@@ -209,6 +209,11 @@ def make_world() -> Iterator[World]:
     public = readonly / "public.txt"
     public.write_text("public")
     public.chmod(0o644)
+    suid_id = readonly / "suid-id"  # a setuid-root program the sandbox can see and run (B.8 #8)
+    shutil.copy2("/usr/bin/id", suid_id)
+    if IS_ROOT:
+        os.chown(suid_id, 0, 0)
+    suid_id.chmod(0o4755)  # after chown, which clears the bit
     outside = base / "outside"
     outside.mkdir()
     outside.chmod(0o777)

@@ -179,7 +179,9 @@ def a_status() -> dict:
 
 def a_setuid_binaries() -> dict:
     out = {}
-    for path, args in (("/usr/bin/su", ["root", "-c", "id -u"]), ("/usr/bin/mount", ["-t", "tmpfs", "x", "/tmp"])):
+    suid_id = os.path.join(CONFIG["readonly_dir"], "suid-id")  # setuid root, prints its effective uid
+    for path, args in (("/usr/bin/su", ["root", "-c", "id -u"]), ("/usr/bin/mount", ["-t", "tmpfs", "x", "/tmp"]),
+                       (suid_id, ["-u"])):
         if not os.path.exists(path) or not os.stat(path).st_mode & 0o4000:
             out[path] = {"missing": True}
             continue

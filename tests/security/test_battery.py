@@ -123,9 +123,15 @@ def test_B08_06_metadata_changes_on_read_only_paths_fail(battery: Battery, opera
 # ---- 8-10: privileges and namespaces --------------------------------------------------------------------------
 
 def test_B08_08_setuid_binaries_do_not_raise_privileges(battery: Battery) -> None:
+    """A setuid-root program the server can run (the world puts one in its read-only dir) runs with the
+    server's own uid, and the system's su/mount gain nothing where present."""
     status = battery["status"]["ok"]
     assert status["NoNewPrivs"] == "1"
-    for path, outcome in battery["setuid_binaries"].items():
+    outcomes = battery["setuid_binaries"]
+    suid_id = outcomes.pop(str(battery.world.readonly / "suid-id"))
+    assert suid_id == {"rc": 0, "stdout": status["Uid"].split()[1]}  # its effective uid: the server's, not 0
+    assert suid_id["stdout"] != "0"
+    for path, outcome in outcomes.items():
         if outcome.get("missing"):
             continue
         assert outcome["rc"] != 0, path
