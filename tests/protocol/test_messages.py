@@ -135,3 +135,26 @@ def test_scan_prefix_agrees_with_a_full_parse(id_value: object, params: dict[str
     if cut >= len(raw):
         assert id_raw == msgspec.json.encode(id_value)
         assert has_method
+
+
+_number_texts = st.sampled_from(["1e400", "-1e400", "1E+309", "1" + "0" * 400, "2.5e-400", "1.5", "-0", "12"])
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(["id", "params", "result"]), _number_texts, st.booleans())
+def test_every_raw_span_parse_message_keeps_can_be_decoded(where: str, number: str, nested: bool) -> None:
+    """A number no double holds (1e400) is valid JSON syntax: such a message is refused at parse time, so no
+    later decode of a kept id, params or result meets the error (a host sending one crashed warden)."""
+    value = f'{{"a":[{number}]}}' if nested else f'{{"a":{number}}}'
+    raw = {"id": f'{{"jsonrpc":"2.0","id":{number},"method":"ping"}}',
+           "params": f'{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{value}}}',
+           "result": f'{{"jsonrpc":"2.0","id":1,"result":{value}}}'}[where].encode()
+    message = parse_message(raw)
+    if not isinstance(message, Invalid):
+        for span in (getattr(message, name, None) for name in ("id", "params", "result")):
+            if isinstance(span, bytes):
+                msgspec.json.decode(span)
+    if "e400" in number or "E+309" in number:
+        assert isinstance(message, Invalid)
+        assert message.code == (INVALID_PARAMS if where == "params" else INVALID_REQUEST)
+        assert message.id == (number.encode() if where == "id" else b"1")  # echoed raw: the error can name it

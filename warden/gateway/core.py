@@ -246,6 +246,8 @@ class Gateway:
         if method == "initialize":
             return encode_result(request.id, encode_json(await self._initialize(link)))
         params = decode_object(request.params)
+        if not isinstance(params.get("_meta", {}), dict):
+            return encode_error(request.id, INVALID_PARAMS, "params._meta must be an object")
         version, capabilities = read_request_meta(params)
         if version is not None:
             assert capabilities is not None
@@ -260,8 +262,7 @@ class Gateway:
                           client=host_name(meta.get(META_CLIENT_INFO)))
             self.upstream.set_legacy_capabilities({})
         elif link.legacy is not None:
-            meta = params.get("_meta")
-            token = meta.get("progressToken") if isinstance(meta, dict) else None
+            token = params.get("_meta", {}).get("progressToken")
             ctx = Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, link.legacy.log_level, token,
                           client=link.legacy.client)
         else:

@@ -107,8 +107,12 @@ class StdioHost:
     async def _on_invalid(self, message: Invalid) -> None:
         id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
         log.warning("invalid message from the host: %s", reason)
-        if id_raw is not None and is_request:
+        if id_raw is None:
+            return
+        if is_request:
             await self._send(encode_error(id_raw, code, reason))
+        else:  # an unreadable answer to a question warden asked: the question fails now, not at its timeout
+            self.link.answer(id_raw, Reply.failure(INVALID_REQUEST, f"the client sent an invalid response: {reason}"))
 
     async def _send(self, message: bytes) -> None:
         try:

@@ -121,8 +121,23 @@ def _valid_id(raw: bytes) -> bool:
     return first == b'"' or first == b"-" or first.isdigit()
 
 
+def _out_of_range(raw: bytes) -> str | None:
+    """Why warden could not read a raw ``id``/``params``/``result`` it kept undecoded, or None if it can.
+
+    The envelope decoder checks JSON syntax only; a number like ``1e400`` is valid JSON that no double holds, and
+    would make every later decode of that span raise. Such a message is refused here, once, so no code path that
+    reads it later meets the error.
+    """
+    try:
+        msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        return f"it holds a value warden cannot read ({exc})"
+    return None
+
+
 def parse_message(data: bytes) -> Message:
-    """Classify one framed message. Never raises on peer input."""
+    """Classify one framed message. Never raises on peer input; every raw span of a request, notification or
+    response it returns decodes (an ``Invalid`` keeps its id as sent, to echo in the error)."""
     try:
         env = _decode_envelope(data)
     except msgspec.ValidationError:
@@ -149,6 +164,8 @@ def parse_message(data: bytes) -> Message:
             raw_id = None  # JSON-RPC: an error about an unreadable request carries id null
         else:
             return Invalid(INVALID_REQUEST, "id must be a string or a number", None, has_method, data)
+    if raw_id is not None and (problem := _out_of_range(raw_id)) is not None:
+        return Invalid(INVALID_REQUEST, f"id: {problem}", raw_id, has_method, data)
     params = None if env.params is msgspec.UNSET else bytes(env.params)
 
     if has_method:
@@ -158,6 +175,8 @@ def parse_message(data: bytes) -> Message:
             return Invalid(INVALID_REQUEST, "a request cannot carry result or error", raw_id, True, data)
         if params is not None and params[:1] != b"{":
             return Invalid(INVALID_PARAMS, "params must be an object", raw_id, True, data)
+        if params is not None and (problem := _out_of_range(params)) is not None:
+            return Invalid(INVALID_PARAMS, f"params: {problem}", raw_id, True, data)
         if raw_id is None:
             return Notification(env.method, params, data)
         return Request(raw_id, env.method, params, data)
@@ -170,6 +189,8 @@ def parse_message(data: bytes) -> Message:
         result = bytes(env.result)
         if result[:1] != b"{":
             return Invalid(INVALID_REQUEST, "result must be an object", raw_id, False, data)
+        if (problem := _out_of_range(result)) is not None:
+            return Invalid(INVALID_REQUEST, f"result: {problem}", raw_id, False, data)
         return Response(raw_id, result, data)
 
     if env.error is not msgspec.UNSET:

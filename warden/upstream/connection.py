@@ -349,7 +349,8 @@ class _Session:
             raise UpstreamClosed(self.close_reason)
         options = self._upstream.options
         body = dict(params) if params else {}
-        meta = dict(body.get("_meta") or {})
+        given = body.get("_meta")
+        meta = dict(given) if isinstance(given, Mapping) else {}  # the gateway refuses a non-object _meta first
         if self.era is Era.MODERN and lane is not Era.LEGACY:
             meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
         id_raw = self._new_id()
