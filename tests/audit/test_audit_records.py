@@ -55,6 +55,18 @@ def test_canonical_json_refuses_what_rfc8785_cannot_represent() -> None:
     assert canonical_json({"\ue000": 1, "\U0001f600": 2}) == rfc8785.dumps({"\ue000": 1, "\U0001f600": 2})
 
 
+@pytest.mark.parametrize("beside", [None, 1.5, {"\U0001f600": 1}], ids=["alone", "after-a-float", "after-astral-key"])
+def test_canonical_json_refuses_nesting_beyond_64_levels_on_either_encoder(beside: object) -> None:
+    """A float or an astral key sends a value to the rfc8785 path; the depth limit must hold there too (a hostile
+    server's 600-deep tool definition next to a float was pinned, then crashed the pin store's serializer)."""
+    deep: Any = {}
+    for _ in range(65):
+        deep = {"a": deep}
+    with pytest.raises(CanonicalizationError, match="nested deeper than 64 levels"):
+        canonical_json([beside, deep])
+    assert canonical_json([beside, deep["a"]["a"]])  # 64 objects under the list: the most it takes
+
+
 texts = st.text(max_size=40)
 digests = st.binary(max_size=8).map(digest)
 

@@ -46,7 +46,6 @@ Verification is separate from writing: :func:`verify_log` is pure (bytes in, :cl
 Format and threat model: ``audit/FORMAT.md``.
 """
 
-from warden.audit._canonical import CanonicalizationError, canonical_json
 from warden.audit._checkpoint import (
     Checkpoint,
     SignedCheckpoint,
@@ -77,6 +76,7 @@ from warden.audit._records import (
     redact_secrets,
 )
 from warden.audit._verify import CheckpointSource, VerifiedLog, verify_log
+from warden.canonical import CanonicalizationError, canonical_json
 
 __all__ = [
     "LATER_WITHIN",

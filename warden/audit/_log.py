@@ -29,12 +29,12 @@ from typing import TypeVar, final
 import msgspec
 import trio
 
-from warden.audit._canonical import canonical_json
 from warden.audit._checkpoint import SignedCheckpoint
 from warden.audit._errors import AuditLogFailed
 from warden.audit._note import Ed25519Verifier
 from warden.audit._records import Event, PreparedRecord, Record, prepare_record, redact_secrets, redact_text
 from warden.audit._store import Store, format_time
+from warden.canonical import canonical_json
 from warden.errors import AuditError
 
 __all__ = ["LATER_WITHIN", "AuditLog", "AuditLogStatistics", "open_audit_log"]

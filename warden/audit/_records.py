@@ -3,7 +3,7 @@
 A record is a flat, typed ``msgspec`` struct. Unset (``None``) fields are left out, keys are sorted, and nothing
 in it is a float, an integer beyond ±2^53 or a non-ASCII key, so ``msgspec``'s sorted encoding *is* RFC 8785
 (``tests/audit`` checks this against the ``rfc8785`` package). The only free-form JSON, the tool arguments, is
-canonicalized separately (:func:`warden.audit._canonical.canonical_json`) and embedded verbatim.
+canonicalized separately (:func:`warden.canonical.canonical_json`) and embedded verbatim.
 
 The log fills the envelope (``v``, ``index``, ``untrusted_time``, ``pid``) when the record is appended; the
 gateway fills everything else. Time is marked untrusted in the field name itself: it is the writer's wall clock,
@@ -26,7 +26,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from warden.audit._canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
+from warden.canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
 from warden.errors import AuditError
 
 __all__ = [

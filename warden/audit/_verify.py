@@ -36,13 +36,13 @@ from typing import Final
 
 import msgspec
 
-from warden.audit._canonical import CanonicalizationError, canonical_json
 from warden.audit._checkpoint import SignedCheckpoint, open_checkpoint
 from warden.audit._errors import ForkEvidence
 from warden.audit._format import FRAME_HEADER, FRAME_OVERHEAD, FRAME_RECORD, MAX_FRAME_PAYLOAD
 from warden.audit._merkle import EMPTY_ROOT, HASH_SIZE, consistency_proof, fold_frontier
 from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError
 from warden.audit._records import RECORD_VERSION, Detail, InvalidRecord, Record, decode_record, encode_record
+from warden.canonical import CanonicalizationError, canonical_json
 from warden.errors import VerificationError
 
 __all__ = ["CheckpointSource", "VerifiedLog", "verify_log"]

@@ -822,8 +822,9 @@ class Gateway:
                 continue
             if key is None and uri not in (listener.honored.get("resourceSubscriptions") or ()):
                 continue
-            tagged = dict(body)
-            tagged["_meta"] = {**(body.get("_meta") or {}), META_SUBSCRIPTION_ID: listener.id}
+            given = body.get("_meta")
+            tagged = dict(body)  # a server's non-object _meta is not carried (nothing could be added to it)
+            tagged["_meta"] = {**(given if isinstance(given, dict) else {}), META_SUBSCRIPTION_ID: listener.id}
             with contextlib.suppress(trio.ClosedResourceError):
                 await listener.sink.send(encode_notification(method, encode_json(tagged)))
 

@@ -12,24 +12,23 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-import rfc8785
-
+from warden import canonical
 from warden.errors import RemoteProtocolError
 
 DIGEST_PREFIX = "sha256:"
 
 
 def canonical_json(value: Any) -> bytes:
-    """Return the RFC 8785 (JCS) bytes of ``value``.
+    """Return the RFC 8785 (JCS) bytes of ``value`` (:func:`warden.canonical.canonical_json`).
 
     Raises:
         RemoteProtocolError: the value cannot be canonicalized (an integer outside the I-JSON range, a float NaN or
-            infinity, a lone surrogate, a non-string key). Such a definition can never be pinned, so the entry it
-            came from is refused; the peer that sent it is at fault.
+            infinity, a lone surrogate, a non-string key, nesting deeper than 64 levels). Such a definition can
+            never be pinned, so the entry it came from is refused; the peer that sent it is at fault.
     """
     try:
-        return rfc8785.dumps(value)
-    except (rfc8785.CanonicalizationError, TypeError, ValueError, RecursionError) as exc:
+        return canonical.canonical_json(value)
+    except canonical.CanonicalizationError as exc:
         raise RemoteProtocolError(f"value cannot be canonicalized for pinning: {exc}",
                                   jsonrpc_code=-32602) from exc
 

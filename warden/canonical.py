@@ -1,4 +1,4 @@
-"""RFC 8785 (JCS) canonical JSON, fast.
+"""RFC 8785 (JCS) canonical JSON, fast: the one canonical encoding behind pins, approvals and audit records.
 
 The ``rfc8785`` package is the reference, but it is pure Python (~70 µs for a typical record). ``msgspec`` with
 ``order="sorted"`` produces byte-identical output (checked exhaustively for string escaping, and by hypothesis in
@@ -12,6 +12,9 @@ The ``rfc8785`` package is the reference, but it is pure Python (~70 µs for a t
 :func:`canonical_json` walks the value once; if any of those appear it hands the value to ``rfc8785``,
 otherwise to ``msgspec``. The audit record itself (:mod:`warden.audit._records`) never contains floats, big
 integers or non-ASCII keys, so it is always encoded by ``msgspec`` directly.
+
+Values nested deeper than 64 levels are refused: a peer's tool definition that deep is an attack on whoever
+walks it (recursion limits, serializers), not a schema anyone writes.
 """
 
 from __future__ import annotations
@@ -21,8 +24,6 @@ from typing import Any, Final
 import msgspec
 import rfc8785
 
-from warden.errors import AuditError
-
 __all__ = ["MAX_SAFE_INTEGER", "CanonicalizationError", "canonical_json"]
 
 MAX_SAFE_INTEGER: Final = (1 << 53) - 1
@@ -30,12 +31,15 @@ _ENCODER: Final = msgspec.json.Encoder(order="sorted")
 _MAX_DEPTH: Final = 64
 
 
-class CanonicalizationError(AuditError):
+class CanonicalizationError(ValueError):
     """A value cannot be written as RFC 8785 JSON (NaN, infinity, an integer beyond ±2^53, a non-JSON type)."""
 
 
 def _needs_reference(value: Any, depth: int = 0) -> bool:
-    """True when ``value`` holds something msgspec would encode differently from RFC 8785 (see module doc)."""
+    """True when ``value`` holds something msgspec would encode differently from RFC 8785 (see module doc).
+
+    Always walks the whole value, so the depth limit and the refusals hold on the ``rfc8785`` path too.
+    """
     if depth > _MAX_DEPTH:
         raise CanonicalizationError(f"JSON value nested deeper than {_MAX_DEPTH} levels")
     if isinstance(value, str) or value is None or isinstance(value, bool):
@@ -46,17 +50,18 @@ def _needs_reference(value: Any, depth: int = 0) -> bool:
         raise CanonicalizationError(f"integer {value} is outside the range RFC 8785 can represent exactly")
     if isinstance(value, float):
         return True
+    needs = False
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):
                 raise CanonicalizationError(f"object key {k!r} is not a string")
-            if not k.isascii() and any(ord(c) > 0xFFFF for c in k):
-                return True
-            if _needs_reference(v, depth + 1):
-                return True
-        return False
+            needs = _needs_reference(v, depth + 1) or needs or (
+                not k.isascii() and any(ord(c) > 0xFFFF for c in k))
+        return needs
     if isinstance(value, list | tuple):
-        return any(_needs_reference(v, depth + 1) for v in value)
+        for v in value:
+            needs = _needs_reference(v, depth + 1) or needs
+        return needs
     raise CanonicalizationError(f"{type(value).__name__} is not a JSON type")
 
 
