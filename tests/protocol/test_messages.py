@@ -158,3 +158,17 @@ def test_every_raw_span_parse_message_keeps_can_be_decoded(where: str, number: s
         assert isinstance(message, Invalid)
         assert message.code == (INVALID_PARAMS if where == "params" else INVALID_REQUEST)
         assert message.id == (number.encode() if where == "id" else b"1")  # echoed raw: the error can name it
+
+
+@pytest.mark.parametrize("where", ["top", "params", "result", "error"])
+def test_a_message_nested_beyond_the_decoders_limit_is_invalid_not_an_exception(where: str) -> None:
+    """msgspec raises RecursionError (not a DecodeError) past about a thousand levels; over HTTP that was a 500
+    with a traceback, and on stdio the reader's crash."""
+    deep = "[" * 5000 + "]" * 5000
+    raw = {"top": f'{{"x":{deep}}}',
+           "params": f'{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"x":{deep}}}}}',
+           "result": f'{{"jsonrpc":"2.0","id":1,"result":{{"x":{deep}}}}}',
+           "error": f'{{"jsonrpc":"2.0","id":1,"error":{{"code":1,"message":"m","data":{deep}}}}}'}[where].encode()
+    message = parse_message(raw)
+    assert isinstance(message, Invalid)
+    assert message.code == INVALID_REQUEST

@@ -168,6 +168,18 @@ async def test_a_legacy_hosts_answer_with_a_number_beyond_double_range_gets_the_
     await host.close()
 
 
+async def test_a_host_sending_a_message_nested_thousands_deep_is_refused_and_warden_keeps_serving(
+        tmp_path: Path) -> None:
+    """msgspec raises RecursionError (not a DecodeError) past about a thousand levels: the line must be an invalid
+    message like any other, not an exception in warden's reader."""
+    host, stderr = await start(tmp_path, legacy=True)
+    deep = b"[" * 5000 + b"]" * 5000
+    await host.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"x":' + deep + b"}}\n")
+    assert (problem := await still_serving(host, "alive", modern=False)) is None, f"{problem}\n{tracebacks(stderr)}"
+    assert not tracebacks(stderr), tracebacks(stderr)
+    await host.close()
+
+
 # -- the fuzzer ------------------------------------------------------------------------------------------------------
 
 

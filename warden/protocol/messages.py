@@ -130,7 +130,7 @@ def _out_of_range(raw: bytes) -> str | None:
     """
     try:
         msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:
         return f"it holds a value warden cannot read ({exc})"
     return None
 
@@ -147,6 +147,8 @@ def parse_message(data: bytes) -> Message:
                        None, False, data)
     except msgspec.DecodeError as exc:
         return _unparseable(f"not valid JSON: {exc}", data)
+    except RecursionError:  # msgspec's nesting limit (about a thousand levels)
+        return Invalid(INVALID_REQUEST, "message is nested too deeply to read", None, False, data)
     if not data.isascii():
         # JSON text is UTF-8 (RFC 8259). msgspec does not check inside the raw spans it keeps, so check here,
         # once, rather than forward bytes a peer's parser may read differently.
@@ -197,7 +199,7 @@ def parse_message(data: bytes) -> Message:
         error = bytes(env.error)
         try:
             obj = _decode_error_object(error)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             return Invalid(INVALID_REQUEST, "error must be an object with integer code and string message",
                            raw_id, False, data)
         return ErrorResponse(raw_id, obj.code, obj.message, error, data)
