@@ -303,8 +303,11 @@ async def run_fuzz(tmp_path: Path, seed: int, steps: int, *server_args: str) -> 
 
 
 @pytest.mark.parametrize("seed", [int(s) for s in os.environ.get("FUZZ_SEEDS", "1,2,3").split(",")])
-async def test_fuzzed_server_messages_never_crash_warden_or_stop_it_answering(tmp_path: Path, seed: int) -> None:
-    await run_fuzz(tmp_path, seed, 60)
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_fuzzed_server_messages_never_crash_warden_or_stop_it_answering(tmp_path: Path, seed: int,
+                                                                              era: str) -> None:
+    """A legacy server, and a 2026 server (which warden translates for the legacy host)."""
+    await run_fuzz(tmp_path, seed, 60, *(["--era", "modern"] if era == "modern" else []))
 
 
 @pytest.mark.parametrize("seed", [1, 2])
