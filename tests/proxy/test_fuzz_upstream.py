@@ -136,6 +136,23 @@ async def test_a_list_entry_nested_300_deep_gets_the_list_an_answer_and_warden_k
     await host.close()
 
 
+async def test_a_list_answer_without_its_list_is_an_error_not_an_empty_list(tmp_path: Path) -> None:
+    """A tools/list result with no ``tools`` is malformed. Read as "no tools" it would record every approved tool as
+    removed and refuse calls to them until the next normal list; it is an error, and the pins stay as they were."""
+    host, stderr = await start(tmp_path)
+    await host.initialize(CAPS)
+    assert "result" in await hz(host, "before")
+    got = await hz(host, "arm", arm={"tools/list": raw({"type": 1})})  # the server's next tools/list answer
+    assert isinstance(got, dict)
+    assert "result" in got
+    await host.request("bad", "tools/list", {})
+    bad = await answer(host, "bad")
+    assert "no 'tools' list" in bad["error"]["message"]
+    assert "result" in await hz(host, "after")  # still approved and callable
+    assert not tracebacks(stderr), tracebacks(stderr)
+    await host.close()
+
+
 # -- the fuzzer ------------------------------------------------------------------------------------------------------
 
 

@@ -608,9 +608,10 @@ class Gateway:
                 page_ttl = page_ttl if isinstance(page_ttl, int) and page_ttl > 0 else 0
                 ttl = page_ttl if ttl is None else min(ttl, page_ttl)
                 private = private or page.get("cacheScope") != "public"
-            page_items = page.get(key, [])
-            if not isinstance(page_items, list):
-                raise RemoteProtocolError(f"{method}: {key} is not a list", jsonrpc_code=INTERNAL_ERROR)
+            page_items = page.get(key)
+            if not isinstance(page_items, list):  # absent is malformed too, not "nothing": it would unlist all
+                raise RemoteProtocolError(f"{method}: the server's answer has no {key!r} list",
+                                          jsonrpc_code=INTERNAL_ERROR)
             items.extend(page_items)
             next_cursor = page.get("nextCursor")
             if next_cursor is None or (next_cursor == "" and ctx.upstream is Era.LEGACY):
