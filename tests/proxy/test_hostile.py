@@ -10,10 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.support import RAWSERVER, RawHost, rss_kib, through_warden
-from warden.audit import digest
+from warden.audit import bounded_text, digest
 from warden.audit._records import Event, Record, check_record
 from warden.gateway.link import host_name
-from warden.gateway.recorder import bounded
 
 MB = 1024 * 1024
 
@@ -150,7 +149,7 @@ def test_any_clientInfo_becomes_a_short_recordable_host_name_or_none(client_info
 def test_a_long_text_is_cut_for_its_record_with_its_length_and_digest_never_silently(text: str, limit: int) -> None:
     """Server error texts, refusal reasons and tool names are the other side's to choose: a record keeps at most
     ``limit`` characters of one, and a cut one ends with the full text's length and SHA-256."""
-    kept = bounded(text, limit)
+    kept = bounded_text(text, limit)
     assert len(kept) <= limit
     if kept != text:
         full = digest(text.encode("utf-8", "surrogatepass"))

@@ -43,6 +43,7 @@ __all__ = [
     "PreparedRecord",
     "Record",
     "Recovery",
+    "bounded_text",
     "check_record",
     "decode_record",
     "digest",
@@ -364,9 +365,21 @@ def _check_rules(record: Record, *, deep: bool = True, check_time: bool = True) 
             raise InvalidRecord(f"arguments at detail {args.detail.value!r} must carry a value")
 
 
+def _length_and_digest(text: str) -> str:
+    return f"{len(text)} characters, {digest(text.encode('utf-8', 'surrogatepass'))}"
+
+
 def _oversize_note(text: str) -> str:
-    data = text.encode("utf-8", "surrogatepass")
-    return f"[oversize: {len(text)} characters, {digest(data)}]"
+    return f"[oversize: {_length_and_digest(text)}]"
+
+
+def bounded_text(text: str, limit: int) -> str:
+    """``text`` if it fits ``limit`` characters, else its start and a note of its full length and SHA-256: a
+    record stays small and never loses text silently (the digest proves what was there)."""
+    if len(text) <= limit:
+        return text
+    note = f"…[{_length_and_digest(text)}]"
+    return text[: limit - len(note)] + note
 
 
 def fit_record(record: Record, limit: int = MAX_RECORD_BYTES) -> Record:

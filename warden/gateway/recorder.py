@@ -29,15 +29,6 @@ _TEXT_MAX: Final = 4000  # reasons and errors (a server's error text is the serv
 _RULE_MAX: Final = 256
 
 
-def bounded(value: str, limit: int) -> str:
-    """``value`` if it fits ``limit`` characters, else its start and a note of its full length and SHA-256: a
-    record stays small and never loses text silently (the digest proves what was there)."""
-    if len(value) <= limit:
-        return value
-    note = f"…[{len(value)} characters, {audit.digest(value.encode('utf-8', 'surrogatepass'))}]"
-    return value[: limit - len(note)] + note
-
-
 @final
 class Recorder:
     """The audit log as the gateway of one server sees it. ``log`` None means auditing was switched off with
@@ -76,27 +67,29 @@ class Recorder:
 
     async def launched(self, label: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_LAUNCHED, sandbox_digest=self._sandbox,
-                                                policy_digest=self._policy, target=bounded(label, _TARGET_MAX)))
+                                                policy_digest=self._policy,
+                                                target=audit.bounded_text(label, _TARGET_MAX)))
 
     async def exited(self, reason: str) -> None:
-        await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=bounded(reason, _TEXT_MAX)))
+        await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=audit.bounded_text(reason, _TEXT_MAX)))
 
     async def refused(self, reason: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_REFUSED, policy_digest=self._policy,
-                                                error=bounded(reason, _TEXT_MAX)))
+                                                error=audit.bounded_text(reason, _TEXT_MAX)))
 
     async def pins(self, detections: Sequence[Detection]) -> None:
         for d in detections:
             consent = audit.Consent.TRUST_ON_FIRST_USE if d.event == "tofu-approved" else None
             await self._append_quietly(self._record(
-                _PIN_EVENTS[d.event], method=d.kind, target=bounded(d.key, _TARGET_MAX), target_digest=d.digest,
+                _PIN_EVENTS[d.event], method=d.kind, target=audit.bounded_text(d.key, _TARGET_MAX),
+                target_digest=d.digest,
                 previous_digest=d.previous_digest, consent=consent, reason=d.detail or d.event))
 
     async def approved(self, entries: Sequence[PinEntry]) -> None:
         """Approvals a human gave in-band (through the host's elicitation)."""
         for entry in entries:
             await self._append_quietly(self._record(
-                audit.Event.PIN_APPROVED, method=entry.kind, target=bounded(entry.key, _TARGET_MAX),
+                audit.Event.PIN_APPROVED, method=entry.kind, target=audit.bounded_text(entry.key, _TARGET_MAX),
                 target_digest=entry.digest,
                 consent=audit.Consent.ELICITATION))
 
@@ -123,11 +116,11 @@ class Recorder:
             else:
                 consent = audit.Consent.POLICY
         record = self._record(
-            audit.Event.CALL_DECIDED, client=client, method=method, target=bounded(target, _TARGET_MAX),
+            audit.Event.CALL_DECIDED, client=client, method=method, target=audit.bounded_text(target, _TARGET_MAX),
             target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
-            rule=bounded(str(decision.rule), _RULE_MAX),
+            rule=audit.bounded_text(str(decision.rule), _RULE_MAX),
             decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
-            consent=consent, reason=bounded(decision.reason, _TEXT_MAX),
+            consent=consent, reason=audit.bounded_text(decision.reason, _TEXT_MAX),
             request_digest=audit.digest(request) if request is not None else None,
             arguments=audit.Arguments.capture(arguments, self._detail) if arguments is not None else None,
             sandbox_digest=self._sandbox)
@@ -147,7 +140,7 @@ class Recorder:
             audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
             result_digest=audit.digest(result) if result is not None else None,
             result_size=len(result) if result is not None else None,
-            error=bounded(error, _TEXT_MAX) if error else None)
+            error=audit.bounded_text(error, _TEXT_MAX) if error else None)
         try:
             self._log.append_later(record)
         except AuditError as exc:
