@@ -158,3 +158,16 @@ def rss_kib(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
     raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+HUGE = "\x00huge-number\x00"
+"""For the fuzzers: stands for a JSON number beyond a double's range (``1e400``), valid JSON text json.dumps cannot
+write; each fuzzer's encoder swaps it in."""
+
+
+def nested(levels: int) -> dict[str, Any]:
+    """``{"a": {"a": ...}}``, ``levels`` deep: for the fuzzers' deep-nesting values."""
+    value: dict[str, Any] = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value

@@ -17,11 +17,9 @@ import pytest
 import trio
 
 from tests.http_server.warden_http import ACCEPT, META, MODERN, WardenHttp, warden_http
-from tests.support import RAWSERVER
+from tests.support import HUGE, RAWSERVER, nested
 
 LEGACY = "2025-11-25"
-HUGE = "\x00huge-number\x00"
-"""Stands for a JSON number beyond a double's range (``1e400``): valid JSON text that json.dumps cannot write."""
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -157,16 +155,10 @@ async def test_a_body_nested_a_thousand_levels_deep_gets_a_4xx_and_no_traceback(
 # -- the fuzzer ------------------------------------------------------------------------------------------------------
 
 
-def _deep(levels: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(levels):
-        value = {"a": value}
-    return value
-
 
 HOSTILE: list[Any] = [
     None, True, False, 0, -1, 2**63, -(2**70), 1.5, 1e308, HUGE, "", "é", "\u2028", "\ud800", "\udfff x",
-    "x" * 20_000, "\u0000", "../../etc/passwd", [], [1, "a"], {}, {"a": {"b": [None]}}, _deep(60), "wdn1.",
+    "x" * 20_000, "\u0000", "../../etc/passwd", [], [1, "a"], {}, {"a": {"b": [None]}}, nested(60), "wdn1.",
     "wdn1.a.b", "wdn1.é.é", "2026-07-28", "2025-11-25", "echo", "mrtr_ask", {"name": "é", "version": 1},
 ]
 METHODS = ["tools/call", "tools/list", "prompts/get", "prompts/list", "resources/read", "resources/list",

@@ -13,13 +13,11 @@ from typing import Any
 import pytest
 import trio
 
-from tests.support import RAWSERVER, RawHost, through_warden
+from tests.support import HUGE, RAWSERVER, RawHost, nested, through_warden
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
           "io.modelcontextprotocol/clientInfo": {"name": "fuzz-modern-host", "version": "1"}}
-HUGE = "\x00huge-number\x00"
-"""Stands for a JSON number beyond a double's range (``1e400``): valid JSON text that json.dumps cannot write."""
 
 
 def wire(message: dict[str, Any]) -> bytes:
@@ -183,17 +181,11 @@ async def test_a_host_sending_a_message_nested_thousands_deep_is_refused_and_war
 # -- the fuzzer ------------------------------------------------------------------------------------------------------
 
 
-def _deep(levels: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(levels):
-        value = {"a": value}
-    return value
-
 
 HOSTILE: list[Any] = [
     None, True, False, 0, -1, 2**63, -(2**70), 1.5, 1e308, HUGE, "", "é", "\u2028", "\ud800", "\udfff x",
     "x" * 70_000, "\u0000", "../../etc/passwd", "file:///etc/passwd", [], [1, "a"], [["a", 1]], {},
-    {"a": {"b": [None]}}, _deep(60), "wdn1.", "wdn1.a.b", "wdn1.é.é", "wdn1.\ud800.x", "2026-07-28", "debug", "echo",
+    {"a": {"b": [None]}}, nested(60), "wdn1.", "wdn1.a.b", "wdn1.é.é", "wdn1.\ud800.x", "2026-07-28", "debug", "echo",
     {"name": "é", "version": 1},
 ]
 METHODS = ["tools/call", "tools/list", "prompts/get", "prompts/list", "resources/read", "resources/list",

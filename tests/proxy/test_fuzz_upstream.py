@@ -14,11 +14,9 @@ from typing import Any
 import pytest
 import trio
 
-from tests.support import FIXTURES, PYTHON, RawHost, through_warden
+from tests.support import FIXTURES, HUGE, PYTHON, RawHost, nested, through_warden
 
 HOSTILE_SERVER = [PYTHON, str(FIXTURES / "hostile_server.py")]
-HUGE = "\x00huge-number\x00"
-"""Stands for ``1e400`` (valid JSON text beyond a double's range)."""
 CAPS = {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}, "context": {}},
         "roots": {"listChanged": True}}
 
@@ -128,8 +126,8 @@ async def test_a_list_entry_nested_300_deep_gets_the_list_an_answer_and_warden_k
     """Crashed warden (stdout closed): pins/_store.py:267 ``data.model_dump_json()`` in ``_update`` (from
     observe_list) raised PydanticSerializationError 'Maximum serialization depth exceeded'."""
     key = LIST_KEYS[method]
-    entry = {"name": "t1", "inputSchema": {"type": "object", "properties": _deep(300)}} if key == "tools" else \
-        {"name": "t1", "description": _deep(300)}
+    entry = {"name": "t1", "inputSchema": {"type": "object", "properties": nested(300)}} if key == "tools" else \
+        {"name": "t1", "description": nested(300)}
     host, stderr = await start(tmp_path)
     await host.initialize(CAPS)
     await survives(host, stderr, 1, then=[method], arm={method: raw({key: [entry]})})
@@ -156,17 +154,11 @@ async def test_a_list_answer_without_its_list_is_an_error_not_an_empty_list(tmp_
 # -- the fuzzer ------------------------------------------------------------------------------------------------------
 
 
-def _deep(levels: int) -> dict[str, Any]:
-    value: dict[str, Any] = {}
-    for _ in range(levels):
-        value = {"a": value}
-    return value
-
 
 HOSTILE: list[Any] = [
     None, True, False, 0, -1, 2**63, -(2**70), 1.5, 1e308, HUGE, "", "é", "\u2028", "\ud800", "\udfff x",
     "x" * 70_000, "\u0000", "../../etc/passwd", "file:///etc/passwd", [], [1, "a"], [["a", 1]], {},
-    {"a": {"b": [None]}}, _deep(60), *([] if os.environ.get("FUZZ_NO_DEEP") else [_deep(600)]), "wdn1.",
+    {"a": {"b": [None]}}, nested(60), *([] if os.environ.get("FUZZ_NO_DEEP") else [nested(600)]), "wdn1.",
     "wdn1.a.b", "echo", "hz", "debug",
     {"name": "é", "version": 1}, {"type": "text", "text": HUGE}, {"type": 1}, [{"type": "image"}],
 ]
