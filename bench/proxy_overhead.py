@@ -3,9 +3,13 @@ all measured in the same run.
 
 Servers: the official Python SDK (``mcp`` 2.3.0), a Node server (server-everything's ``echo``), and a minimal
 raw-JSON echo server written for this bench (it shows warden's own ceiling). For each: N sequential calls, then N
-calls from 16 concurrent callers. Prints median and p99 round trip, calls/s, and the ratios proxy/direct.
+calls from 16 concurrent callers. Prints median and p99 round trip, calls/s, the ratios proxy/direct, and the µs
+each path adds to direct next to what the floor adds: a bare trio relay (``servers/trio_relay.py``: receive_some ->
+send_all, nothing else), measured in the same run. ``--repeat R`` measures every path R times, interleaved (direct,
+floor, warden, ... then again), and prints the median of the R medians. The fdatasync median of this machine's
+state-dir disk, measured in the same run, is printed under the table (the audit-on target is fdatasync + 100 µs).
 
-    make bench            # or: .venv/bin/python bench/proxy_overhead.py [--calls N] [--only NAME]
+    make bench            # or: .venv/bin/python bench/proxy_overhead.py [--calls N] [--repeat R] [--only NAME]
 """
 
 from __future__ import annotations
@@ -64,6 +68,32 @@ async def approve_first(command: list[str], state_dir: str, config: Path, name: 
                     "--accept-findings"], check=True, capture_output=True)
 
 
+def via_floor(argv: list[str]) -> list[str]:
+    return [str(BIN / "python"), str(ROOT / "bench" / "servers" / "trio_relay.py"), *argv]
+
+
+def fdatasync_median(directory: Path, rounds: int = 300) -> float:
+    """Median µs of appending one 512-byte record and fdatasync-ing it, in ``directory`` (what a write-ahead audit
+    record costs at least)."""
+    path = directory / "fdatasync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        times = []
+        for _ in range(rounds):
+            os.write(fd, b"x" * 511 + b"\n")
+            started = time.perf_counter()
+            os.fdatasync(fd)
+            times.append(time.perf_counter() - started)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(times) * 1e6
+
+
+def median_of(results: list[dict[str, float]]) -> dict[str, float]:
+    return {key: statistics.median(r[key] for r in results) for key in results[0]}
+
+
 def via_fastmcp(argv: list[str], workdir: Path) -> list[str] | None:
     fastmcp = BIN / "fastmcp"
     if not fastmcp.exists():
@@ -111,12 +141,14 @@ async def main() -> None:
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--only", help="run one server (substring of its name)")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved runs per path; the median is shown")
+    parser.add_argument("--no-peer", action="store_true", help="skip the FastMCP peer rows")
     args = parser.parse_args()
     console = Console(width=200)
     table = Table(title=f"tools/call round trip: {args.calls} calls sequential, then {args.calls} from "
                         f"{args.concurrency} concurrent callers (ms; calls/s)")
     for column in ("server", "path", "seq median", "seq p99", "seq calls/s", "conc median", "conc p99",
-                   "conc calls/s", "median ×direct", "conc calls/s ×direct"):
+                   "conc calls/s", "median ×direct", "conc calls/s ×direct", "added µs", "floor added µs"):
         table.add_column(column, justify="right" if column not in ("server", "path") else "left")
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
@@ -131,33 +163,43 @@ async def main() -> None:
             await approve_first(via_warden(argv, str(state), config, slug), str(state), config, slug)
             paths: list[tuple[str, Callable[[], list[str] | None]]] = [
                 ("direct", lambda a=argv: a),
+                ("floor: bare trio relay", lambda a=argv: via_floor(a)),
                 ("warden (sandbox, pins, audit)", lambda a=argv, n=slug: via_warden(a, str(state), config, n)),
                 ("warden, audit off", lambda a=argv, n=slug: via_warden(a, str(state), config, n,
                                                                        "--unsafe-no-audit")),
-                ("fastmcp 4.2.3 (peer)", lambda a=argv: via_fastmcp(a, workdir)),
+                ("fastmcp 4.2.3 (peer)", lambda a=argv: None if args.no_peer else via_fastmcp(a, workdir)),
             ]
-            direct: dict[str, float] | None = None
-            for label, make in paths:
-                command = make()
-                if command is None:
-                    table.add_row(name, label, *["n/a"] * 8)
+            runs: dict[str, list[dict[str, float]]] = {label: [] for label, _ in paths}
+            for round_ in range(args.repeat):
+                for label, make in paths:
+                    command = make()
+                    if command is None:
+                        continue
+                    console.print(f"[dim]measuring {name} / {label} (run {round_ + 1}/{args.repeat}) …[/dim]")
+                    runs[label].append(await measure(command, tool, tool_args, args.calls, args.concurrency))
+            direct = median_of(runs["direct"])
+            floor = median_of(runs["floor: bare trio relay"])
+            for label, _ in paths:
+                if not runs[label]:
+                    table.add_row(name, label, *["n/a"] * 10)
                     continue
-                console.print(f"[dim]measuring {name} / {label} …[/dim]")
-                result = await measure(command, tool, tool_args, args.calls, args.concurrency)
-                if label == "direct":
-                    direct = result
-                assert direct is not None
+                result = median_of(runs[label])
                 table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
                               f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}",
                               f"{result['conc_p99']:.3f}", f"{result['conc_rate']:.0f}",
                               f"{result['seq_median'] / direct['seq_median']:.2f}",
-                              f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+                              f"{result['conc_rate'] / direct['conc_rate']:.2f}",
+                              f"{(result['seq_median'] - direct['seq_median']) * 1e3:+.0f}",
+                              f"{(floor['seq_median'] - direct['seq_median']) * 1e3:+.0f}")
             table.add_section()
         if not args.only or args.only in "python sdk over HTTP (upstream)":
             await http_upstream_rows(table, console, workdir, args.calls, args.concurrency)
         if not args.only or args.only in "python sdk, host over HTTP (downstream)":
             await http_downstream_rows(table, console, workdir, args.calls, args.concurrency)
+        sync_us = fdatasync_median(state)
     console.print(table)
+    console.print(f"fdatasync median in the state dir, same run: {sync_us:.0f} µs "
+                  f"(audit-on target: added ≤ {sync_us + 100:.0f} µs); load average {os.getloadavg()[0]:.1f}")
 
 
 async def http_upstream_rows(table: Table, console: Console, workdir: Path, calls: int, concurrency: int) -> None:
@@ -194,7 +236,8 @@ async def http_upstream_rows(table: Table, console: Console, workdir: Path, call
             table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
                           f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
                           f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
-                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}",
+                          f"{(result['seq_median'] - direct['seq_median']) * 1e3:+.0f}", "")
         table.add_section()
     finally:
         server.kill()
@@ -243,7 +286,8 @@ async def http_downstream_rows(table: Table, console: Console, workdir: Path, ca
             table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
                           f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
                           f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
-                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}",
+                          f"{(result['seq_median'] - direct['seq_median']) * 1e3:+.0f}", "")
         # server/discover is answered by warden itself (no upstream hop, no audit): the HTTP face's own cost.
         direct = None
         for label, url in (("server/discover, direct", direct_url), ("server/discover, warden --http", warden_url)):
@@ -253,7 +297,8 @@ async def http_downstream_rows(table: Table, console: Console, workdir: Path, ca
             table.add_row(name, label, f"{result['seq_median']:.3f}", f"{result['seq_p99']:.3f}",
                           f"{result['seq_rate']:.0f}", f"{result['conc_median']:.3f}", f"{result['conc_p99']:.3f}",
                           f"{result['conc_rate']:.0f}", f"{result['seq_median'] / direct['seq_median']:.2f}",
-                          f"{result['conc_rate'] / direct['conc_rate']:.2f}")
+                          f"{result['conc_rate'] / direct['conc_rate']:.2f}",
+                          f"{(result['seq_median'] - direct['seq_median']) * 1e3:+.0f}", "")
         table.add_section()
     finally:
         for process in processes:

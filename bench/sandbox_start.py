@@ -1,13 +1,18 @@
-"""What the sandbox costs: time to first response and per-call latency, bare vs bwrap vs podman.
+"""What the sandbox costs: package intake, time to the first tool list, and per-call latency, bare vs bwrap vs podman.
 
-For a Node server (server-everything) and a Python server (mcp-server-time), each launch is timed from
-``launcher.launch()`` to the first ``initialize`` answer (spawn -> first answer); modes are interleaved run by
-run so drift hits them equally. "bare" is warden's unsandboxed launcher with the same small environment the
-sandbox gets (PATH, HOME, LANG, TMPDIR), so the comparison measures isolation, not environment size. Per-call
-latency is measured on one warm server per mode: sequential ``tools/call`` round trips.
+First the eight reference packages (npm: filesystem, memory, sequential-thinking, everything, github; PyPI: time,
+git, fetch) are taken into a fresh warden store from the real registries, each timed (``warden.intake.take_in``:
+resolve, fetch, verify, byte-compile; nothing of the packages runs). Then, for a Node server (server-everything)
+and a Python server (mcp-server-time) after intake, each launch is timed from ``launcher.launch()`` to the answer
+of the first ``tools/list`` (spawn, ``initialize``, ``notifications/initialized``, ``tools/list``); modes are
+interleaved run by run so drift hits them equally. "bare" runs the store entry's program directly with warden's
+unsandboxed launcher and the same small environment the sandbox gets (PATH, HOME, LANG, TMPDIR): that is what
+``npx``/``uvx`` run once their cache is warm, so the comparison measures isolation, not environment size.
+"bwrap" runs the host configuration's own command (``npx -y PKG``, ``uvx PKG``) the way ``warden run`` does.
+Per-call latency is measured on one warm server per mode: sequential ``tools/call`` round trips.
 
-Usage: python bench/sandbox_start.py [--runs N] [--calls N] [--no-podman]
-Target (issue 3): bwrap adds <= 10 % to time-to-first-response and nothing measurable per call.
+Usage: python bench/sandbox_start.py [--runs N] [--calls N] [--no-podman] [--no-intake-table]
+Targets (issues 3 and 10): bwrap adds <= 10 % to the time to the first tool list and nothing measurable per call.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -26,15 +30,23 @@ from typing import Any
 
 import trio
 
+from warden.intake import parse_runner, resolve_launch, take_in
 from warden.launcher import Child, Launcher, LaunchSpec
 from warden.sandbox import SandboxSettings, make_launcher
 
-ROOT = Path(__file__).resolve().parents[1]
-VENV_BIN = Path(sys.executable).parent
-EVERYTHING = ROOT / "tests" / "peers" / "node_modules" / "@modelcontextprotocol" / "server-everything" / "dist"
+REFERENCE = [
+    ("npx", "-y", "@modelcontextprotocol/server-filesystem", "/tmp"),
+    ("npx", "-y", "@modelcontextprotocol/server-memory"),
+    ("npx", "-y", "@modelcontextprotocol/server-sequential-thinking"),
+    ("npx", "-y", "@modelcontextprotocol/server-everything", "stdio"),
+    ("npx", "-y", "@modelcontextprotocol/server-github"),
+    ("uvx", "mcp-server-time"),
+    ("uvx", "mcp-server-git"),
+    ("uvx", "mcp-server-fetch"),
+]
 SERVERS: dict[str, tuple[tuple[str, ...], str, dict[str, Any]]] = {
-    "node: server-everything": (("node", str(EVERYTHING / "index.js"), "stdio"), "echo", {"message": "hi"}),
-    "python: mcp-server-time": ((str(VENV_BIN / "mcp-server-time"),), "get_current_time", {"timezone": "UTC"}),
+    "node: server-everything": (REFERENCE[3], "echo", {"message": "hi"}),
+    "python: mcp-server-time": (REFERENCE[5], "get_current_time", {"timezone": "UTC"}),
 }
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
 
@@ -81,9 +93,11 @@ async def start(launcher: Launcher, spec: LaunchSpec, nursery: trio.Nursery) -> 
     nursery.start_soon(_drain, child)
     client = Client(child)
     answer = await client.request("initialize", INIT)
-    elapsed = time.perf_counter() - began
     assert "result" in answer, answer
     await child.stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
+    tools = await client.request("tools/list", {})
+    elapsed = time.perf_counter() - began
+    assert tools.get("result", {}).get("tools"), tools
     return client, elapsed
 
 
@@ -108,13 +122,33 @@ def _p99_ms(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))] * 1000
 
 
-async def main(runs: int, calls: int, use_podman: bool) -> None:
+def intake_table(state: Path) -> list[tuple[str, str, float, int]]:
+    """Take the eight reference packages into ``state``'s store; (package, version, seconds, packages) each."""
+    rows = []
+    for argv in REFERENCE:
+        request = parse_runner(argv)
+        assert request is not None
+        began = time.perf_counter()
+        record = take_in(request, state_dir=state, env=os.environ).record
+        rows.append((f"{record.ecosystem}: {record.name}", record.version, time.perf_counter() - began,
+                     len(record.dependencies) + 1))
+    return rows
+
+
+async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> None:
     load_before = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="warden-bench-"))
     state = work / "state"
     state.mkdir(mode=0o700)
     home = work / "home"
     home.mkdir()
+    intake_rows = await trio.to_thread.run_sync(intake_table, state) if show_intake else []
+    if not show_intake:
+        for argv, _, _ in SERVERS.values():
+            request = parse_runner(argv)
+            assert request is not None
+            await trio.to_thread.run_sync(lambda r=request: take_in(r, state_dir=state, env=os.environ))
+    node = shutil.which("node") or "node"
     modes: dict[str, Callable[[], Launcher]] = {
         "bare": lambda: make_launcher(SandboxSettings(kind="none"), state_dir=state),
         "bwrap": lambda: make_launcher(SandboxSettings(), state_dir=state),
@@ -133,7 +167,11 @@ async def main(runs: int, calls: int, use_podman: bool) -> None:
                 for run in range(runs + 1):  # run 0 warms caches and is not counted
                     for mode, factory in modes.items():
                         env = bare_env if mode == "bare" else {}
-                        client, elapsed = await start(factory(), LaunchSpec(argv=argv, env=env), nursery)
+                        resolved = resolve_launch(argv, state_dir=state, node=node)
+                        assert resolved is not None
+                        command = resolved.argv if mode == "bare" else argv
+                        client, elapsed = await start(factory(), LaunchSpec(argv=command, env=env, cwd="/"),
+                                                      nursery)
                         if run > 0:
                             startup[mode].append(elapsed)
                         if run == runs and mode in ("bare", "bwrap"):
@@ -154,11 +192,20 @@ async def main(runs: int, calls: int, use_podman: bool) -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     load = os.getloadavg()
-    print(f"time to first response (spawn -> initialize answer), median of {runs} runs; per call: median / p99 "
-          f"of {calls} sequential tools/call round trips on a warm server; {os.cpu_count()} CPUs, load average "
-          f"{load_before[0]:.2f} at start, {load[0]:.2f} at end")
+    if intake_rows:
+        print("package intake into a fresh store from the real registries (resolve, fetch, verify hashes, "
+              "byte-compile; no package code runs), one run each")
+        print()
+        print("| package | version | intake s | packages |")
+        print("|---|---|---:|---:|")
+        for label, version, seconds, count in intake_rows:
+            print(f"| {label} | {version} | {seconds:.1f} | {count} |")
+        print()
+    print(f"time to first tool list (spawn -> initialize -> tools/list answer), median of {runs} runs; per call: "
+          f"median / p99 of {calls} sequential tools/call round trips on a warm server; {os.cpu_count()} CPUs, "
+          f"load average {load_before[0]:.2f} at start, {load[0]:.2f} at end")
     print()
-    print("| server | mode | first response ms | vs bare ms | vs bare % | per call ms (median / p99) |")
+    print("| server | mode | first tool list ms | vs bare ms | vs bare % | per call ms (median / p99) |")
     print("|---|---|---:|---:|---:|---:|")
     for label, mode, median, delta, percent, calls_text in rows:
         print(f"| {label} | {mode} | {median:.1f} | {delta:+.1f} | {percent:+.1f} % | {calls_text} |")
@@ -169,5 +216,7 @@ if __name__ == "__main__":
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--no-podman", action="store_true")
+    parser.add_argument("--no-intake-table", action="store_true",
+                        help="take in only the two measured servers, untimed")
     options = parser.parse_args()
-    trio.run(main, options.runs, options.calls, not options.no_podman)
+    trio.run(main, options.runs, options.calls, not options.no_podman, not options.no_intake_table)

@@ -34,6 +34,22 @@ def sandbox_writable(path: Path) -> Path:
     return path
 
 
+def held_uid_slots() -> list[str]:
+    """The machine-wide sandbox uid slot lock files this process holds open (a released slot is closed): empty
+    once every sandbox it started was reaped or refused."""
+    from warden.sandbox._uids import SLOT_DIR
+
+    held = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(f"{SLOT_DIR}/"):
+            held.append(target)
+    return held
+
+
 def sandbox_readable(path: Path) -> Path:
     """Open ``path`` (a test's own tree) for reading by the sandbox's unprivileged uid."""
     for root, _dirs, files in os.walk(path):

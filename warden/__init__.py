@@ -9,3 +9,5 @@ one connection to a real server, ``gateway`` is the face shown to hosts, and ``p
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -24,6 +24,8 @@ from typing import Any, Final
 import msgspec
 import rfc8785
 
+from warden.errors import ProtocolError
+
 __all__ = ["MAX_SAFE_INTEGER", "CanonicalizationError", "canonical_json"]
 
 MAX_SAFE_INTEGER: Final = (1 << 53) - 1
@@ -31,8 +33,9 @@ _ENCODER: Final = msgspec.json.Encoder(order="sorted")
 _MAX_DEPTH: Final = 64
 
 
-class CanonicalizationError(ValueError):
-    """A value cannot be written as RFC 8785 JSON (NaN, infinity, an integer beyond ±2^53, a non-JSON type)."""
+class CanonicalizationError(ProtocolError, ValueError):
+    """A value cannot be written as RFC 8785 JSON (NaN, infinity, an integer beyond ±2^53, a non-JSON type). Still a
+    ``ValueError`` for callers that validate with it."""
 
 
 def _needs_reference(value: Any, depth: int = 0) -> bool:

@@ -9,16 +9,20 @@ The tree::
 
     WardenError                      base; carries a ``hint`` telling the user what to do
     ├── ConfigError                  a config or policy file is invalid or missing (local fault)
+    │   └── GlobSyntaxError          a policy glob is malformed (warden.policy; also a ValueError)
     ├── StateError                   the state directory is unusable (permissions, ownership, corruption)
     ├── ProtocolError                abstract: an MCP / JSON-RPC rule was broken
+    │   ├── CanonicalizationError    a value has no RFC 8785 form (warden.canonical; also a ValueError)
     │   ├── LocalProtocolError       warden itself was about to break it (a bug, or a caller misuse)
     │   └── RemoteProtocolError      the peer broke it (hostile or buggy host/server)
+    │       └── StreamGap            an HTTP host resumed a stream past its replay window
     ├── UpstreamError                talking to a real server failed
     │   ├── LaunchError              the server could not be started (sandbox refusal included)
     │   ├── UpstreamClosed           the server's process or connection went away
     │   ├── UpstreamTimeout          a request got no answer within its deadline
     │   └── IncompatibleServer       the server speaks no protocol version warden can speak
     ├── SandboxUnavailable           a required isolation piece is missing; nothing is started (fail closed)
+    ├── IntakeError                  a package could not be taken into warden's store (registry, integrity, age)
     ├── PolicyError                  a request was refused by policy, pins or consent (carries the reason)
     └── AuditError                   the audit log cannot be written or read
         └── VerificationError        the audit log or a checkpoint failed verification (tamper evidence)
@@ -108,6 +112,13 @@ class SandboxUnavailable(WardenError):
     """A required isolation piece (bwrap, namespaces, seccomp, an engine) is missing: nothing is started."""
 
     exit_code = 4
+
+
+class IntakeError(WardenError):
+    """A package could not be fetched into warden's store: unknown name, registry down, integrity mismatch, a
+    version younger than the release-age gate, an sdist, install scripts policy refuses. Nothing was installed."""
+
+    exit_code = 8
 
 
 class PolicyError(WardenError):

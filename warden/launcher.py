@@ -47,6 +47,10 @@ class Child(Protocol):
     def pid(self) -> int: ...
     @property
     def returncode(self) -> int | None: ...
+    @property
+    def stop_reason(self) -> str | None:
+        """Why warden itself stopped the server (a limit it enforces, such as the write quota), else None."""
+        ...
 
     async def wait(self) -> int:
         """Wait for the process to exit and return its exit status (negative: killed by that signal)."""

@@ -1,10 +1,17 @@
-"""warden's own diagnostics on stderr, written so that a host that stops reading can never stall warden.
+"""warden's own diagnostics on stderr: redacted, terminal-safe, and never able to stall warden.
 
 Over stdio, warden's stderr is a pipe the host may or may not drain. A blocking write from the trio thread into a
 full pipe would freeze every session, so log records go into a bounded queue that a background thread writes out;
-when the queue is full, records are dropped and counted rather than waited for. Server stderr lines take the same
-path (see :func:`server_line`), with control characters made visible so a server cannot drive the terminal of
-whoever reads the log.
+when the queue is full, records are dropped and counted rather than waited for.
+
+Every line leaves through one formatter, the one output point of this channel: the message (server stderr lines
+included, see :mod:`warden.upstream.stderr`) has the registered secret values cut out (:func:`use_redactor` gives
+it the process's registry once a launch has resolved what it hands the server), is shown through
+:func:`warden.escape.for_terminal` so a server cannot drive the terminal of whoever reads the log or forge a line,
+and is cut to :data:`MAX_LINE` characters — in that order, so a cut never leaves half a secret behind. A
+traceback keeps its line breaks (warden wrote them) but is escaped and redacted the same way. Other commands log
+through the same formatter (:func:`configure_command`), which reads the registry when it first writes a line; if
+the registry cannot be read, a line is withheld rather than written unredacted, and says so.
 """
 
 from __future__ import annotations
@@ -13,7 +20,14 @@ import logging
 import logging.handlers
 import queue
 import sys
-from typing import Final, TextIO, final
+from collections.abc import Callable
+from typing import Any, Final, TextIO, final
+
+from warden.errors import WardenError
+from warden.escape import for_terminal
+from warden.secrets import Redactor
+
+__all__ = ["MAX_LINE", "configure", "configure_command", "shown", "shutdown", "use_redactor"]
 
 MAX_LINE: Final = 2000
 _QUEUE_RECORDS: Final = 10_000
@@ -30,7 +44,50 @@ class _DroppingQueueHandler(logging.handlers.QueueHandler):
             _DroppingQueueHandler.dropped += 1
 
 
+@final
+class _SafeFormatter(logging.Formatter):
+    """``warden: LEVEL: message``, redacted, escaped and bounded (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__("warden: %(levelname)s: %(message)s")
+        self._redactor = Redactor()
+        self._loader: Callable[[], Redactor] | None = None
+        self._unreadable: str | None = None
+
+    def use(self, redactor: Redactor | None = None, loader: Callable[[], Redactor] | None = None) -> None:
+        self._redactor, self._loader, self._unreadable = redactor or Redactor(), loader, None
+
+    def shown(self, text: str, *, keep_newlines: bool = False) -> str | None:
+        """``text`` redacted and escaped; None when the registry could not be read (fail closed: the caller
+        withholds the text). A lazy registry is read on first use, so a command that logs nothing reads none."""
+        if self._loader is not None:
+            loader, self._loader = self._loader, None
+            try:
+                self._redactor = loader()
+            except WardenError as exc:
+                self._unreadable = exc.message
+        if self._unreadable is not None:
+            return None
+        return for_terminal(self._redactor.text(text), keep_newlines=keep_newlines)
+
+    def _withheld(self) -> str:
+        return f"(withheld: the secrets registry cannot be read: {for_terminal(self._unreadable or '')})"
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        line = self.shown(super().formatMessage(record))
+        if line is None:
+            return f"warden: {record.levelname}: {self._withheld()}"
+        return line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…"
+
+    def formatException(self, ei: Any) -> str:
+        return self.shown(super().formatException(ei), keep_newlines=True) or self._withheld()
+
+    def formatStack(self, stack_info: str) -> str:
+        return self.shown(stack_info, keep_newlines=True) or self._withheld()
+
+
 _listener: logging.handlers.QueueListener | None = None
+_formatter: Final = _SafeFormatter()
 
 
 def configure(level: int, stream: TextIO | None = None) -> None:
@@ -40,12 +97,38 @@ def configure(level: int, stream: TextIO | None = None) -> None:
         _listener.stop()
     q: queue.Queue[logging.LogRecord] = queue.Queue(_QUEUE_RECORDS)
     target = logging.StreamHandler(stream or sys.stderr)
-    target.setFormatter(logging.Formatter("warden: %(levelname)s: %(message)s"))
+    target.setFormatter(logging.Formatter("%(message)s"))  # rendered already, by the queue handler
     _listener = logging.handlers.QueueListener(q, target, respect_handler_level=False)
     _listener.start()
     root = logging.getLogger()
-    root.handlers[:] = [_DroppingQueueHandler(q)]
+    handler = _DroppingQueueHandler(q)
+    handler.setFormatter(_formatter)  # QueueHandler.prepare renders on the caller's thread: no secret is queued
+    root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def use_redactor(redactor: Redactor) -> None:
+    """Cut ``redactor``'s values out of every later log line (the registry as this process knows it)."""
+    _formatter.use(redactor)
+
+
+def configure_command(level: int, registry: Callable[[], Redactor], stream: TextIO | None = None) -> None:
+    """For a command other than ``warden run``: log lines go straight to ``stream`` (default stderr) through the
+    same formatter, with the secrets registry read from ``registry`` when the first line is written. Like
+    ``logging.basicConfig``, it leaves a root logger that already has handlers (a test's capture) alone."""
+    _formatter.use(loader=registry)
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(stream or sys.stderr)
+        handler.setFormatter(_formatter)
+        root.addHandler(handler)
+        root.setLevel(level)
+
+
+def shown(text: str) -> str:
+    """``text`` (a message warden prints that may quote a server: an error, a hint) as the log shows it: redacted
+    and escaped for a terminal; a note in its place when the registry cannot be read."""
+    return _formatter.shown(text) or _formatter._withheld()
 
 
 def shutdown() -> None:
@@ -54,13 +137,3 @@ def shutdown() -> None:
     if _listener is not None:
         _listener.stop()
         _listener = None
-
-
-_VISIBLE = {i: f"\\x{i:02x}" for i in range(0x20) if i != 0x09} | {0x7F: "\\x7f"} | {
-    i: f"\\u{i:04x}" for i in range(0x80, 0xA0)}
-
-
-def sanitize(text: str) -> str:
-    """``text`` with C0/C1 controls (ANSI escapes included) shown as escapes, cut to ``MAX_LINE`` characters."""
-    cleaned = text.translate(_VISIBLE)
-    return cleaned if len(cleaned) <= MAX_LINE else cleaned[:MAX_LINE] + "…"

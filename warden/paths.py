@@ -10,6 +10,7 @@ touching ``os.environ``.
 
 from __future__ import annotations
 
+import errno
 import os
 import posixpath
 import stat
@@ -63,13 +64,28 @@ def ensure_private_dir(path: Path) -> Path:
     if not stat.S_ISDIR(st.st_mode):
         raise StateError(f"state path {path} is not a directory (symlinks are not followed)",
                          hint="point --state-dir at a real directory")
-    if st.st_uid != os.geteuid():
-        raise StateError(f"state directory {path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})",
-                         hint="use a state directory you own")
-    if st.st_mode & 0o077:
-        raise StateError(f"state directory {path} has mode {stat.S_IMODE(st.st_mode):04o}; it must be 0700",
-                         hint=f"run: chmod 700 {path}")
+    problem = private_problem(st, mode=0o700)
+    if problem is not None:
+        raise StateError(f"state directory {path} {problem}",
+                         hint=f"use a state directory you own, with mode 0700 (chmod 700 {path})")
     return path
+
+
+def private_problem(st: os.stat_result, *, mode: int) -> str | None:
+    """Why a file or directory holding warden's secrets (state dir, keys, tokens, pins) is not private to this
+    user — another owner, or any group or other permission bit — or None when it is. ``mode`` is what it must be
+    (0o700 for a directory, 0o600 for a file), for the message."""
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})"
+    if st.st_mode & 0o077:
+        return f"has mode {stat.S_IMODE(st.st_mode):04o}; it must be {mode:04o}"
+    return None
+
+
+def store_dir(state_dir: Path) -> Path:
+    """warden's package store inside ``state_dir`` (see ``warden.intake._store``): the one part of the state
+    directory a sandbox may see, one entry at a time and read-only."""
+    return state_dir / "store"
 
 
 def within(path: str, base: str) -> bool:
@@ -96,3 +112,32 @@ def absolute_path(value: str) -> str:
     if ".." in value.split("/"):
         raise ValueError(f"{value!r} must not contain '..'")
     return "/" + posixpath.normpath(value).lstrip("/")
+
+
+def read_private_file(path: Path, max_bytes: int, *, what: str = "file") -> bytes | None:
+    """Read a file warden keeps in its state directory, or None when it does not exist.
+
+    It must be a regular file (a symlink is not followed), owned by us, with no group or other access, and at most
+    ``max_bytes`` long: anything else means someone else wrote or could read it, and is refused, never repaired.
+
+    Raises:
+        StateError: naming the file, what is wrong with it and what to check.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StateError(f"{what} {path} is a symlink; refusing it", hint="check who replaced it") from exc
+        raise StateError(f"cannot open {what} {path}: {exc.strerror}") from exc
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(handle.fileno())
+        if not stat.S_ISREG(st.st_mode) or private_problem(st, mode=0o600) is not None:
+            raise StateError(f"{what} {path} is not a private regular file of ours (mode "
+                             f"{stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}); refusing it",
+                             hint=f"check who changed it; then chmod 600 {path}")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise StateError(f"{what} {path} is larger than {max_bytes} bytes; refusing it")
+    return data

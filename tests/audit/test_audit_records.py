@@ -147,6 +147,15 @@ def test_detail_levels_and_secrets() -> None:
     assert (big.detail, big.noncanonical, big.has_value) == (Detail.HASH, True, False)
 
 
+def test_secret_values_are_cut_by_the_one_redactor_and_a_short_one_keeps_only_the_digest() -> None:
+    value = {"note": "a hunter22-and-more b", "n": 1234567890123, "hunter22": "x"}
+    full = json.loads(bytes(Arguments.capture(value, Detail.FULL, secret_values={"hunter22", "hunter22-and-more",
+                                                                               "1234567890"}).value))
+    assert full == {"note": "a [REDACTED] b", "n": "[REDACTED]", "[REDACTED]": "x"}  # longest first, numbers too
+    short = Arguments.capture(value, Detail.FULL, secret_values={"hunter22", "abc"})  # too short to redact
+    assert (short.detail, short.has_value, short.digest) == (Detail.HASH, False, digest(rfc8785.dumps(value)))
+
+
 def test_oversize_records_shrink_explicitly_never_silently() -> None:
     huge_args = Arguments.capture({"blob": "y" * 70_000}, Detail.FULL)
     rec = decision(arguments=huge_args)

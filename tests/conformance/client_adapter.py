@@ -146,6 +146,16 @@ async def scenario_ref_no_deref(client: Client, context: dict[str, Any]) -> None
         raise SystemExit(f"lookup_user not listed: {[t.name for t in tools.tools]}")
 
 
+async def scenario_auth(client: Client, context: dict[str, Any]) -> None:
+    """Every ``auth/*`` scenario: the mock answers warden with 401 and its authorization server; the adapter is
+    the user who consented (warden runs with ``--oauth-browser always`` and ``oauth_browser.py`` as ``$BROWSER``). Two
+    requests after the handshake: a listing and a call, which is what the step-up and migration mocks challenge."""
+    tools = await client.list_tools()
+    names = [t.name for t in tools.tools]
+    if names:
+        expect_ok(await client.call_tool(names[0], {}), names[0])
+
+
 async def scenario_request_state(client: Client, context: dict[str, Any]) -> None:
     await client.list_tools()
     for name in ("test_mrtr_echo_state", "test_mrtr_no_state", "test_mrtr_unrelated", "test_mrtr_no_result_type"):
@@ -171,6 +181,28 @@ LEGACY_HOST_SCENARIOS = frozenset({"sep-2322-client-request-state"})
 the scenario should judge. ``WARDEN_ADAPTER_HOST=auto`` relays them to a 2026 host instead."""
 
 
+CIMD_URL = "https://conformance-test.local/client-metadata.json"
+"""The client ID metadata document URL the harness's ``auth/basic-cimd`` expects a client to use."""
+
+
+def oauth_args(scenario: str, context: dict[str, Any], env: dict[str, str]) -> list[str]:
+    """warden's OAuth flags for an ``auth/*`` scenario: consent given (the adapter is the browser), warden's client
+    ID metadata document URL, and the pre-registered client when the scenario hands one over (its secret through
+    the environment, as warden requires)."""
+    if not scenario.startswith("auth/"):
+        return []
+    args = ["--oauth-browser", "always", "--oauth-client-metadata-url", CIMD_URL, "--oauth-timeout", "20"]
+    if context.get("client_id"):
+        args += ["--oauth-client-id", context["client_id"]]
+        if context.get("client_secret"):
+            env["CONFORMANCE_CLIENT_SECRET"] = context["client_secret"]
+            args += ["--oauth-client-secret-env", "CONFORMANCE_CLIENT_SECRET"]
+        if context.get("issuer"):
+            args += ["--oauth-issuer", context["issuer"]]
+    env["BROWSER"] = f"{sys.executable} {Path(__file__).resolve().parent / 'oauth_browser.py'} %s"
+    return args
+
+
 def host_mode(scenario: str) -> str:
     chosen = os.environ.get("WARDEN_ADAPTER_HOST")
     if chosen in ("legacy", "auto"):
@@ -185,19 +217,20 @@ async def run(scenario: str, url: str, context: dict[str, Any]) -> None:
     with tempfile.TemporaryDirectory(prefix="warden-conformance-") as tmp:
         config = Path(tmp) / "warden.toml"
         config.write_text(CONFIG)
-        args = ["--state-dir", str(Path(tmp) / "state"), "--config", str(config), "run", "--", url]
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp}
+        args = ["--state-dir", str(Path(tmp) / "state"), "--config", str(config), "run",
+                *oauth_args(scenario, context, env), "--", url]
         if os.environ.get("WARDEN_ADAPTER_VERBOSE"):
             args.insert(0, "-v")
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp}
         server = StdioServerParameters(command=WARDEN, args=args, env=env)
         async with Client(server, mode=host_mode(scenario), elicitation_callback=accept_with_defaults,
                           read_timeout_seconds=30) as client:
-            await SCENARIOS[scenario](client, context)
+            await SCENARIOS.get(scenario, scenario_auth)(client, context)
 
 
 def main(argv: list[str]) -> int:
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "")
-    if len(argv) < 2 or scenario not in SCENARIOS:
+    if len(argv) < 2 or (scenario not in SCENARIOS and not scenario.startswith("auth/")):
         print(f"usage: MCP_CONFORMANCE_SCENARIO=<{'|'.join(SCENARIOS)}> {argv[0]} URL", file=sys.stderr)
         return 2
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")

@@ -89,7 +89,10 @@ def small_state_fs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 async def test_write_ahead_a_call_the_log_cannot_record_never_reaches_the_server(
         tmp_path: Path, small_state_fs: Path) -> None:
-    write_config(tmp_path)
+    """The disk fills up under a running warden. Calls go on while the audit log's reserve (1 MiB kept allocated,
+    see warden/audit/_reserve.py) is whole; the first call whose record would eat into it is refused and never
+    reaches the server, and so is every call after it while the disk stays full."""
+    write_config(tmp_path, extra='[servers.rawserver]\naudit_arguments = "full"\n')
     log = tmp_path / "received.jsonl"
     host = await RawHost.start(through_warden([*RAWSERVER, "--log", str(log)]))
     await host.initialize()
@@ -97,11 +100,19 @@ async def test_write_ahead_a_call_the_log_cannot_record_never_reaches_the_server
     assert sum(m.get("method") == "tools/call" for m in received(log)) == 1
     filler = small_state_fs / "filler"
     subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=64k"], capture_output=True, check=False)
-    refused = await host.call(2, "echo", {"text": "must not run"})
-    assert "error" in refused
-    assert "audit" in refused["error"]["message"]  # type: ignore[index]
-    later = await host.call(3, "echo", {"text": "still refused"})
-    assert "error" in later  # the log stays failed until warden restarts and recovers
+    answered = ["recorded"]
+    refused: dict[str, object] = {}
+    for n in range(2, 60):  # ~50 KB records: the reserve's edge is about twenty calls away
+        text = f"call {n} " + "x" * 50_000
+        answer = await host.call(n, "echo", {"text": text})
+        if "error" in answer:
+            refused = answer
+            break
+        answered.append(text)
+    assert refused, "the log never refused a call on a full disk"
+    assert "audit log" in refused["error"]["message"]  # type: ignore[index]
+    later = await host.call(100, "echo", {"text": "still refused"})
+    assert "error" in later  # paused until the disk has room again
     await host.close()
     calls = [m for m in received(log) if m.get("method") == "tools/call"]
-    assert [c["params"]["arguments"]["text"] for c in calls] == ["recorded"]  # type: ignore[index]
+    assert [c["params"]["arguments"]["text"] for c in calls] == answered  # type: ignore[index]

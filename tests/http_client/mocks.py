@@ -18,8 +18,10 @@ import trio
 
 from tests.http_client.httpserver import Exchange, HttpServer, Seen, rpc_error, rpc_result
 from warden.protocol.eras import Era
-from warden.transport.http_client import HttpConnector, http_config
-from warden.upstream.connection import Reply, Upstream, UpstreamOptions
+from warden.protocol.session import Reply
+from warden.transport.http_client import HttpConnector
+from warden.transport.http_config import http_config
+from warden.upstream.connection import Upstream, UpstreamOptions
 
 MODERN_TOOLS: list[dict[str, Any]] = [
     {"name": "echo", "inputSchema": {"type": "object", "properties": {"text": {"type": "string"}}}},

@@ -16,7 +16,8 @@ from tests.http_client.mocks import LegacyMock, ModernMock, Recorder, connected
 from warden.errors import IncompatibleServer
 from warden.protocol.eras import Era
 from warden.transport import http_client
-from warden.transport.http_client import HttpConnector, http_config
+from warden.transport.http_client import HttpConnector
+from warden.transport.http_config import http_config
 from warden.upstream.connection import Upstream, UpstreamOptions
 
 META_VERSION = "io.modelcontextprotocol/protocolVersion"

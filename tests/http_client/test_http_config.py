@@ -9,13 +9,13 @@ import httpx
 import pytest
 
 from warden.errors import ConfigError, LocalProtocolError, UpstreamClosed, UpstreamError, UpstreamTimeout, WardenError
-from warden.transport.http_client import (
+from warden.transport.http_client import map_http_error
+from warden.transport.http_config import (
     auth_headers_from_config,
     headers_from_env,
     http_config,
     http_server_name,
     is_http_url,
-    map_http_error,
 )
 
 
@@ -86,11 +86,8 @@ def test_headers_come_from_the_environment() -> None:
         headers_from_env(["Authorization"], env)
 
 
-def test_AU09_oauth_is_refused_with_a_clear_message() -> None:
-    with pytest.raises(ConfigError, match="OAuth for HTTP servers is not supported yet") as info:
-        auth_headers_from_config({"type": "oauth", "client_id": "x"}, {})
-    assert info.value.hint is not None
-    assert "bearer" in info.value.hint
+def test_AU09_oauth_block_sends_no_static_header() -> None:
+    assert auth_headers_from_config({"type": "oauth", "client_id": "x"}, {}) == []  # warden.auth gets the token
 
 
 def test_auth_blocks() -> None:

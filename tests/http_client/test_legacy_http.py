@@ -116,6 +116,8 @@ async def test_HL04_HL06_session_id_echoed_on_post_get_and_delete() -> None:
 
 
 async def test_HL05_404_on_a_session_request_starts_a_new_session() -> None:
+    """The new session starts with ``initialize`` without the lost id; the origin's era answer is kept (covers ER01:
+    the second session is not probed again)."""
     mock = LegacyMock()
     async with connected(mock) as c:
         assert (await c.call("echo")).ok

@@ -25,7 +25,7 @@ from tests.http_client.httpserver import Exchange, HttpServer
 from tests.http_client.mocks import ModernMock
 from tests.support import NODE, PEERS, PYTHON, ROOT, WARDEN, everything_server
 from warden.policy import PinStore
-from warden.transport.http_client import http_server_name
+from warden.transport.http_config import http_server_name
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
 FIXTURE = str(ROOT / "tests" / "fixtures" / "conformance_server.py")

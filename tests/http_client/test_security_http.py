@@ -18,7 +18,8 @@ from tests.http_client.httpserver import Exchange, HttpServer, rpc_result
 from tests.http_client.mocks import LegacyMock, ModernMock, Recorder, connected
 from warden.errors import IncompatibleServer
 from warden.protocol.messages import CONNECTION_CLOSED, INTERNAL_ERROR
-from warden.transport.http_client import HttpConnector, http_config
+from warden.transport.http_client import HttpConnector
+from warden.transport.http_config import http_config
 from warden.upstream.connection import Upstream, UpstreamOptions
 
 TOKEN = "Bearer s3cr3t-token-value"

@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from warden.errors import ConfigError
-from warden.gateway.http_access import AccessPolicy, bearer_matches, is_loopback, parse_bind, valid_token
+from warden.gateway.http_access import AccessPolicy, bearer_matches, parse_bind, valid_token
+from warden.loopback import is_loopback
 
 TOKEN = "t" * 20 + "-._~+/" + "A1" * 10
 POLICY = AccessPolicy.for_bind("127.0.0.1", 8765)
@@ -128,6 +129,7 @@ def test_malformed_bind_addresses_are_refused(text: str) -> None:
 
 @pytest.mark.parametrize(("host", "loopback"), [
     ("127.0.0.1", True), ("127.8.9.10", True), ("::1", True), ("[::1]", True), ("localhost", True),
+    ("localhost.", True), ("LOCALHOST", True),
     ("0.0.0.0", False), ("::", False), ("192.0.2.1", False), ("localhost.example", False), ("example.com", False),
 ])
 def test_SEC03_loopback_detection(host: str, loopback: bool) -> None:

@@ -34,7 +34,7 @@ def test_SEC04_a_new_token_is_random_private_and_reused(state_dir: Path) -> None
 def test_SEC04_a_token_file_others_can_read_is_refused_not_repaired(state_dir: Path) -> None:
     _, path = load_or_create_token(state_dir, "127.0.0.1", 1)
     path.chmod(0o644)
-    with pytest.raises(StateError, match="mode 0644: other users could read the token"):
+    with pytest.raises(StateError, match="has mode 0644; it must be 0600: other users could read the token"):
         load_or_create_token(state_dir, "127.0.0.1", 1)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
 

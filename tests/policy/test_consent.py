@@ -6,6 +6,7 @@ import json
 import os
 import pty
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_pin_consent_params_are_valid_form_elicitation(state_dir: Path) -> None:
     q = build_pin_consent("s", [entry])
     params = t.ElicitRequestFormParams.model_validate(q.params)
     assert "\x1b" not in params.message
-    assert "⟦U+001B ESCAPE⟧" in params.message
+    assert "\\x1b[2K" in params.message
     assert "finding: [instruction-marker]" in params.message
     assert read_pin_consent(q, {"action": "accept", "content": {"approve": True}}) == (("tool", "add",
                                                                                        entry.digest),)
@@ -98,7 +99,7 @@ def test_pin_consent_params_are_valid_form_elicitation(state_dir: Path) -> None:
 def test_call_confirmation_binds_the_arguments() -> None:
     q = build_call_confirmation("s", "rm", {"path": "/tmp/x\u202e"}, tool_digest="sha256:ab")
     t.ElicitRequestFormParams.model_validate(q.params)
-    assert "⟦U+202E RIGHT-TO-LEFT OVERRIDE⟧" in q.params["message"]
+    assert "/tmp/x<U+202E>" in q.params["message"]
     assert q.arguments_digest == arguments_digest({"path": "/tmp/x\u202e"})
     assert read_call_confirmation(q, {"action": "accept", "content": {"confirm": True}}) == q.arguments_digest
     assert read_call_confirmation(q, {"action": "decline"}) is None
@@ -120,8 +121,8 @@ class _Script:
         self.answers = answers
         self.shown: list[str] = []
 
-    def show(self, text: str) -> None:
-        self.shown.append(text)
+    def show(self, lines: Sequence[str]) -> None:
+        self.shown.extend(lines)
 
     def ask(self, question: str) -> str:
         self.shown.append(question)
@@ -132,12 +133,12 @@ def test_terminal_review_needs_the_word_for_findings(state_dir: Path) -> None:
     store = PinStore(state_dir)
     store.observe_list("s", "tool", [{"name": "a", "inputSchema": {}}, {**TOOL, "name": "b"},
                                      {"name": "c", "inputSchema": {}}], on_new="ask")
-    script = _Script(["a", "y", "r"])  # 'a' approves a; 'y' is not 'approve' for b (findings); 'r' revokes c
+    script = _Script(["o", "a", "y", "r"])  # one by one: 'a' approves a; 'y' is not 'approve' for b; 'r' revokes c
     summary = review(store, "s", script)
     assert [e.key for e in summary.approved] == ["a"]
     assert [e.key for e in summary.skipped] == ["b"]
     assert [e.key for e in summary.revoked] == ["c"]
-    assert any("⟦U+200B ZERO WIDTH SPACE⟧" in s for s in script.shown)
+    assert any("<U+200B> ZERO WIDTH SPACE" in s for s in script.shown)
     summary = review(store, "s", _Script(["approve"]))
     assert [e.key for e in summary.approved] == ["b"]
 

@@ -22,7 +22,14 @@ from warden.policy import (
     glob_match,
 )
 from warden.policy._load import parse_policy
-from warden.policy._model import AUDIT_ORDER, ELICITATION_ORDER, ON_CHANGED_ORDER, ON_NEW_ORDER, SAMPLING_ORDER
+from warden.policy._model import (
+    AUDIT_ORDER,
+    ELICITATION_ORDER,
+    INSTALL_SCRIPTS_ORDER,
+    ON_CHANGED_ORDER,
+    ON_NEW_ORDER,
+    SAMPLING_ORDER,
+)
 
 GLOBS = ["*", "a*", "b*", "ab", "a?", "[ab]*", "c", "*b"]
 NAMES = ["a", "ab", "b", "ba", "c", "abc", "x"]
@@ -37,7 +44,8 @@ arg_rules = st.lists(st.fixed_dictionaries({"tool": st.sampled_from(GLOBS), "arg
                      max_size=2)
 table = st.fixed_dictionaries({}, optional={
     "on_new": st.sampled_from(ON_NEW_ORDER), "on_changed": st.sampled_from(ON_CHANGED_ORDER),
-    "audit_arguments": st.sampled_from(AUDIT_ORDER), "tools": rules, "capabilities": caps, "arguments": arg_rules})
+    "audit_arguments": st.sampled_from(AUDIT_ORDER), "tools": rules, "capabilities": caps, "arguments": arg_rules,
+    "install_scripts": st.sampled_from(INSTALL_SCRIPTS_ORDER), "release_age_hours": st.integers(0, 400)})
 sandbox = st.fixed_dictionaries({"kind": st.sampled_from(["bwrap", "container", "none"])}, optional={
     "read_dirs": st.lists(st.sampled_from(DIRS), max_size=2), "write_dirs": st.lists(st.sampled_from(DIRS),
                                                                                      max_size=2),
@@ -109,6 +117,10 @@ def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any]
                               ("on_changed", ON_CHANGED_ORDER, eff.on_changed.value)):
         if org_value(key) is not None:
             assert order.index(value) <= order.index(org_value(key))
+    if org_value("install_scripts") == "never":
+        assert eff.install_scripts.value == "never"
+    if org_value("release_age_hours") is not None:
+        assert eff.release_age_hours.value >= org_value("release_age_hours")
     if org_value("audit_arguments") is not None:
         assert AUDIT_ORDER.index(eff.audit_arguments.value) >= AUDIT_ORDER.index(org_value("audit_arguments"))
     for key, order, value in (("sampling", SAMPLING_ORDER, eff.sampling.value),

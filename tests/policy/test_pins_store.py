@@ -137,10 +137,14 @@ def test_server_identity_and_instructions(state_dir: Path) -> None:
 
 
 def test_names_do_not_escape_the_store(state_dir: Path) -> None:
-    """A tool name is data, never a path or a key separator."""
+    """A tool name is data, never a path or a key separator: a prompt whose names are outside the spec's name
+    characters is refused before anything is stored, and the resource URIs (any characters) stay keys."""
     store = PinStore(state_dir)
     names = ["../../pins.json", "tool:add", "a\x00b", "\n", "resource:file:///x"]
-    store.observe_list("s", "tool", [{"name": n, "inputSchema": {}} for n in names], on_new="ask")
+    seen = store.observe_list("s", "prompt", [{"name": n} for n in names], on_new="ask")
+    assert sorted(seen.rejected) == sorted(names)
+    assert store.entries() == []
+    store.observe_list("s", "resource", [{"uri": n} for n in names], on_new="ask")
     assert sorted(e.key for e in store.entries("s")) == sorted(names)
     assert sorted(os.listdir(state_dir)) == ["pins.json", "pins.lock"]
     json.loads(store.path.read_text())

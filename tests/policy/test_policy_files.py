@@ -133,7 +133,7 @@ def test_policy_check_cli(tmp_path: Path) -> None:
 def test_shipped_policies_are_valid() -> None:
     files = sorted(POLICIES.glob("*.toml")) + sorted((POLICIES / "examples").glob("*.toml"))
     assert len(files) >= 6
-    r = warden("policy", "check", *map(str, files))
+    r = warden("policy", "check", "--file-only", *map(str, files))  # templates: /home/me/project is not here
     assert r.returncode == 0, r.stderr
     assert "examples/org.toml: ok (org policy" in r.stdout
 

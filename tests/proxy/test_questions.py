@@ -67,6 +67,8 @@ async def test_PX01_PX17_declared_questions_are_forwarded_under_warden_ids(
 ])
 async def test_PX01_PX02_PX03_undeclared_questions_are_refused_at_once(
         capabilities: dict[str, Any], question: dict[str, Any], code: int) -> None:
+    """A question in a mode or with a feature the host did not declare gets an error at once; a URL-mode
+    elicitation to a host that declared form mode only is -32602 (covers EL08)."""
     host = await RawHost.start(through_warden(RAWSERVER))
     await host.initialize(capabilities)
     reply, forwarded = await ask(host, question, None)

@@ -14,8 +14,9 @@ from tests.security.harness import SYSTEM_PYTHON, UNPRIV_UID, user_command
 from tests.support import WARDEN
 from warden.errors import SandboxUnavailable
 
-EXPECTED_ROWS = ["bwrap", "bwrap CVE-2026-87766", "user namespaces", "seccomp", "Landlock", "exec shims", "podman",
-                 "docker", "state dir", "default sandbox"]
+EXPECTED_ROWS = ["bwrap", "bwrap CVE-2026-87766", "user namespaces", "seccomp", "Landlock", "exec shims",
+                 "sandbox memory", "memfd exec", "podman", "docker", "state dir", "audit disk reserve",
+                 "default sandbox", "egress proxy"]
 
 
 def _doctor(state: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -78,8 +79,36 @@ def test_doctor_as_an_unprivileged_user_uses_a_user_namespace(tmp_path: Path) ->
         rows = {row["check"]: row for row in json.loads(done.stdout)}
         assert rows["user namespaces"]["status"] == "ok"
         assert rows["default sandbox"]["detail"].startswith(f"started: uid {UNPRIV_UID}, no capabilities")
+        assert rows["egress proxy"]["status"] == "ok", rows["egress proxy"]  # the listener via bwrap's userns
+        # covers B08-38: where memory cannot be bounded per sandbox, doctor says so and why (issue 11 item 4)
+        own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                   if ":memory:" in line)
+        assert rows["sandbox memory"] == {
+            "check": "sandbox memory", "status": "warn", "blocking": False,
+            "detail": f"memory is bounded per process only: warden (uid {UNPRIV_UID}) cannot create a cgroup under "
+                      f"/sys/fs/cgroup/memory{own} (cgroup v1): only root or the owner of a delegated cgroup may "
+                      "create cgroups there; so the tmpfs sizes (/tmp, $HOME, /dev/shm: 3 x tmp_size_mb) are taken "
+                      "out of each process's RLIMIT_DATA. To bound whole sandboxes, run warden as root, or in a "
+                      "cgroup that hands the memory controller to sub-cgroups (cgroup v2: memory in its "
+                      "cgroup.subtree_control)"}
+        assert rows["memfd exec"]["detail"].startswith(
+            "the seccomp filter refuses every memfd without MFD_NOEXEC_SEAL, so none is executable (an unprivileged "
+            "warden cannot set vm.memfd_noexec;")
     finally:
         subprocess.run(["rm", "-rf", str(state)], check=True)
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a memory cgroup per sandbox needs root on this machine (cgroup v1)")
+def test_doctor_as_root_bounds_memory_per_sandbox_and_seals_memfds(tmp_path: Path) -> None:
+    """covers: B08-38, B08-39 (how the machine is used, as doctor reports it)"""
+    done = _doctor(tmp_path / "state", "--json")
+    rows = {row["check"]: row for row in json.loads(done.stdout)}
+    assert rows["sandbox memory"]["status"] == "ok"
+    assert rows["sandbox memory"]["detail"].startswith(
+        "memory_mb bounds each sandbox as a whole, its tmpfs mounts included: cgroup v1 memory controller, sandbox "
+        "cgroups under /sys/fs/cgroup/memory/")
+    assert rows["memfd exec"]["detail"].startswith("vm.memfd_noexec = 2 in each sandbox's PID namespace")
+    assert rows["audit disk reserve"]["status"] == "ok"
 
 
 

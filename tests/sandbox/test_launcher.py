@@ -14,7 +14,7 @@ import trio
 
 from tests.sandbox.conftest import IS_ROOT
 from tests.security.harness import probe_argv, sandbox_processes
-from tests.support import sandbox_writable
+from tests.support import held_uid_slots, sandbox_writable
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.sandbox import BwrapChild, SandboxSettings, make_launcher
@@ -118,7 +118,7 @@ async def test_each_sandbox_of_a_root_warden_gets_its_own_uid(state_dir: Path, h
         assert isinstance(child, BwrapChild)
         await child.stdin.send_all(b"x\n")
         pid = (await _read_line(child))["pid"]
-        assert pid == 2
+        assert 1 < pid < 10  # its own PID namespace (after bwrap's init and a root warden's memfd helper)
         children = Path(f"/proc/{child.sandbox_pid}/task/{child.sandbox_pid}/children").read_text().split()
         status = Path(f"/proc/{children[0]}/status").read_text()
         uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
@@ -134,21 +134,19 @@ async def test_each_sandbox_of_a_root_warden_gets_its_own_uid(state_dir: Path, h
         out += chunk
     assert await third.wait() == 0
     assert out.split()[0] == b"0002"  # files the sandbox makes stay group-writable for the next sandbox uid
-    assert int(out.split()[1]) == UID_BASE + 1  # slots were given back: the lowest is free again
+    assert UID_BASE < int(out.split()[1]) <= UID_BASE + 256
+    assert held_uid_slots() == []  # every slot was given back
     assert (workspace / "f").stat().st_gid == SANDBOX_GID
 
 
 @pytest.mark.skipif(not IS_ROOT, reason="uid slots exist only for a root warden")
 async def test_slot_is_given_back_when_the_launch_is_refused(state_dir: Path) -> None:
     from warden.errors import LaunchError
-    from warden.sandbox._uids import UidSlot
 
     launcher = make_launcher(SandboxSettings(read_dirs=("/nonexistent-dir",)), state_dir=state_dir)
     with pytest.raises(LaunchError):
         await launcher.launch(LaunchSpec(argv=("/usr/bin/true",)))
-    slot = UidSlot.acquire(state_dir)
-    assert slot.slot == 0
-    slot.release()
+    assert held_uid_slots() == []
 
 
 def test_manifest_names_what_the_server_can_see(state_dir: Path) -> None:
@@ -171,9 +169,11 @@ async def test_write_dir_no_sandbox_uid_can_write_is_refused_with_the_fix(state_
     private.mkdir(mode=0o755)
     private.chmod(0o755)
     launcher = make_launcher(SandboxSettings(write_dirs=(str(private),)), state_dir=state_dir)
-    with pytest.raises(LaunchError, match=f"write dir {private} is not writable by warden's sandbox users") as info:
+    with pytest.raises(LaunchError, match=f"write dir {private} belongs to root, and warden never runs a server "
+                                          "as root") as info:
         await launcher.launch(LaunchSpec(argv=("/usr/bin/true",)))
-    assert info.value.hint == f"grant the group: chgrp {SANDBOX_GID} {private} && chmod g+rwxs {private}"
+    assert info.value.hint.endswith(f"or grant the sandbox group: chgrp {SANDBOX_GID} {private} && chmod g+rwxs "
+                                    f"{private}")
     sandbox_writable(private)
     child = await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", f"touch {private}/ok")))
     assert await child.wait() == 0

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from warden.errors import SandboxUnavailable
 from warden.sandbox._bwrap import parse_status_line
 from warden.sandbox._bwrap_binary import parse_version
-from warden.sandbox._runtime import parse_pyvenv_home, parse_shebang, split_package_spec
+from warden.sandbox._runtime import parse_pyvenv_home, parse_shebang
 from warden.sandbox._seccomp import parse_rules
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -61,21 +61,6 @@ def test_parse_pyvenv_home_examples() -> None:
     assert parse_pyvenv_home(text) == "/root/.pyenv/versions/3.11.7/bin"
     assert parse_pyvenv_home("home=relative/bin\n") is None
     assert parse_pyvenv_home("version = 3\n") is None
-
-
-@given(st.text(max_size=60))
-def test_split_package_spec_keeps_the_name_prefix(spec: str) -> None:
-    name, version = split_package_spec(spec)
-    assert spec.startswith(name)
-    assert version is None or spec.endswith(version)
-
-
-def test_split_package_spec_examples() -> None:
-    assert split_package_spec("@modelcontextprotocol/server-everything@2026.8.31") == (
-        "@modelcontextprotocol/server-everything", "2026.8.31")
-    assert split_package_spec("@scope/pkg") == ("@scope/pkg", None)
-    assert split_package_spec("mcp-server-time==2026.10.19") == ("mcp-server-time", "2026.10.19")
-    assert split_package_spec("pkg") == ("pkg", None)
 
 
 @given(st.text(max_size=300))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -86,31 +85,20 @@ def test_binary_outside_usr_is_bound_alone(tmp_path: Path) -> None:
     assert [(b.finder, b.path) for b in runtime.binds] == [("executable", str(program))]
 
 
-def test_npx_resolves_to_the_installed_package() -> None:
-    runtime = detect(["npx", "-y", "@modelcontextprotocol/server-everything@latest", "stdio"], cwd=str(PEERS.parent))
-    assert runtime.argv[1] == str(PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
-    assert runtime.argv[2:] == ("stdio",)
-
-
-def test_npx_with_a_version_that_is_not_installed_is_refused() -> None:
-    with pytest.raises(LaunchError, match="is not installed"):
-        detect(["npx", "-y", "@modelcontextprotocol/server-everything@0.0.1"], cwd=str(PEERS.parent))
-
-
-def test_uvx_resolves_to_the_installed_tool(tmp_path: Path) -> None:
-    tool = tmp_path / "data" / "uv" / "tools" / "mcp-server-time"
-    subprocess.run(["/usr/bin/python3", "-m", "venv", "--without-pip", str(tool)], check=True)
-    entry = tool / "bin" / "mcp-server-time"
-    entry.write_text(f"#!{tool}/bin/python\nprint('time')\n")
-    entry.chmod(0o755)
+def test_runner_commands_resolve_only_through_warden_s_store(tmp_path: Path) -> None:
+    """npx / uvx no longer look in the working directory's node_modules, the npx cache or uv's tool dir: only a
+    package warden took into its store runs (tests/intake)."""
+    tool = tmp_path / "data" / "uv" / "tools" / "mcp-server-time" / "bin"
+    tool.mkdir(parents=True)
+    (tool / "mcp-server-time").write_text("#!/bin/sh\n")
+    (tool / "mcp-server-time").chmod(0o755)
     env = {**ENV, "XDG_DATA_HOME": str(tmp_path / "data")}
-    runtime = detect(["uvx", "mcp-server-time", "--local-timezone", "UTC"], env=env)
-    assert runtime.argv == (str(entry), "--local-timezone", "UTC")
-    assert runtime.profile == "python"
-    assert ("venv", str(tool)) in {(b.finder, b.path) for b in runtime.binds}
-    with pytest.raises(LaunchError, match="uv tool 'mcp-server-fetch' is not installed") as info:
-        detect(["uvx", "mcp-server-fetch"], env=env)
-    assert info.value.hint == "install it first: `uv tool install mcp-server-fetch`"
+    for argv in (["npx", "-y", "@modelcontextprotocol/server-everything", "stdio"], ["uvx", "mcp-server-time"]):
+        with pytest.raises(LaunchError, match="has not been taken into warden's package store yet"):
+            detect_runtime(argv, setting="auto", profiles=PROFILES, host_env=env, cwd=str(PEERS.parent),
+                           state_dir=tmp_path / "state")
+    with pytest.raises(LaunchError, match="commands run from warden's package store, and this launcher has none"):
+        detect(["npx", "-y", "pkg"])
 
 
 def test_profile_setting_overrides_detection() -> None:

@@ -54,13 +54,16 @@ async def _ready(host: RawHost, name: str | None = None) -> None:
 
 
 async def test_get_env_through_warden_run_shows_only_the_allowed_variables(tmp_path: Path) -> None:
+    """Covers AU08: a stdio server's credential (``ALLOWED_TOKEN``) reaches it through its environment, and only the
+    variables the policy names do."""
     write_config(tmp_path, extra='[servers.everything]\nenv = ["ALLOWED_TOKEN"]\n')
-    host = await _host(everything_server(), {"ALLOWED_TOKEN": "tok-1", "SECRET_NOT_ALLOWED": "nope"},
+    host = await _host(everything_server(), {"ALLOWED_TOKEN": "tok-1-handed", "SECRET_NOT_ALLOWED": "nope"},
                        name="everything")
     await _ready(host, "everything")
     env = json.loads(_text(await host.call(1, "get-env")))
     assert await host.close() == 0
-    assert env["ALLOWED_TOKEN"] == "tok-1"
+    # the server has exactly the handed value; the host never sees it (the result-side rule cuts registry values)
+    assert env["ALLOWED_TOKEN"] == "[REDACTED:secrets_registry]"
     assert "SECRET_NOT_ALLOWED" not in env
     assert set(env) == {"ALLOWED_TOKEN", "HOME", "LANG", "NODE_ENV", "PATH", "PWD", "TMPDIR"}
     assert env["HOME"] == "/home/mcp"

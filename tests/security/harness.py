@@ -50,6 +50,7 @@ class Outcome:
     stderr: str = ""
     error: dict[str, Any] | None = None
     timed_out: bool = False
+    stop_reason: str | None = None  # why warden itself stopped the sandbox (a limit it enforces)
 
     def result(self) -> Any:
         """The probe's JSON answer (its last stdout line)."""
@@ -88,6 +89,7 @@ async def run_in_process(settings: SandboxSettings, argv: list[str], *, state_di
             outcome.rc = await child.wait()
     outcome.stdout = out.decode("utf-8", "replace")
     outcome.stderr = err.decode("utf-8", "replace")
+    outcome.stop_reason = child.stop_reason
     return outcome
 
 
@@ -110,7 +112,8 @@ def run_as_user(settings: SandboxSettings, argv: list[str], *, state_dir: Path,
     answer = json.loads(done.stdout)
     if "error" in answer:
         return Outcome(error=answer["error"])
-    return Outcome(rc=answer["rc"], stdout=answer["stdout"], stderr=answer["stderr"], timed_out=answer["timed_out"])
+    return Outcome(rc=answer["rc"], stdout=answer["stdout"], stderr=answer["stderr"], timed_out=answer["timed_out"],
+                   stop_reason=answer["stop_reason"])
 
 
 @dataclass

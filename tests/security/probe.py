@@ -36,11 +36,18 @@ NR = {
     "delete_module": 176, "io_uring_setup": 425, "io_uring_enter": 426, "personality": 135,
     "sethostname": 170, "settimeofday": 164, "clock_settime": 227, "socket": 41, "getpid": 39,
     "open_by_handle_at": 304, "name_to_handle_at": 303, "syslog": 103, "swapon": 167, "reboot": 169,
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "mknod": 133, "mknodat": 259, "open": 2,
+    "openat": 257, "creat": 85, "openat2": 437, "memfd_create": 319, "memfd_secret": 447, "execveat": 322,
 }
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNS = 0x00020000
 TIOCSTI = 0x5412
 TIOCLINUX = 0x541C
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+MFD_CLOEXEC, MFD_NOEXEC_SEAL, MFD_EXEC = 0x1, 0x8, 0x10
+NETLINK = {"route": 0, "sock_diag": 4, "xfrm": 6, "selinux": 7, "audit": 9, "connector": 11, "netfilter": 12,
+           "kobject_uevent": 15, "generic": 16}
 
 
 def _read(path: str) -> bytes:
@@ -64,6 +71,16 @@ def sys_call(name: str, *args: int | bytes | None) -> dict:
     if result == -1:
         return {"errno": ename(ctypes.get_errno())}
     return {"ok": result}
+
+
+def sys_call_raise(name: str, *args: object) -> int:
+    """``sys_call`` for code that wants an OSError (an exec attempt in a child)."""
+    ctypes.set_errno(0)
+    converted = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    result = libc.syscall(ctypes.c_long(NR[name]), *converted)
+    if result == -1:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return int(result)
 
 
 def oserror(fn) -> dict:  # type: ignore[no-untyped-def]
@@ -163,6 +180,143 @@ def a_metadata() -> dict:
 
     out["mmap_shared_write"] = oserror(writable_mmap)
     return out
+
+
+# ---- attacks: what a server leaves in its write dirs (B.8 #35, #36) ------------------------------------------
+
+def a_setuid_files() -> dict:
+    """Every way to give a file in a write dir the setuid or setgid bit; a plain chmod must still work."""
+    ws = CONFIG["workspace"]
+    target = os.path.join(ws, "suid-target")
+    with open(target, "wb") as handle:
+        handle.write(b"#!/bin/sh\n")
+    os.chmod(target, 0o755)
+    path = target.encode()
+
+    def fchmod(mode: int) -> dict:
+        fd = os.open(target, os.O_RDONLY)
+        try:
+            return sys_call("fchmod", fd, mode)
+        finally:
+            os.close(fd)
+
+    def created(name: str, call: str, *args: int | bytes) -> dict:
+        new = os.path.join(ws, name).encode()
+        result = sys_call(call, *[new if a == b"NEW" else a for a in args])
+        if "ok" in result:
+            mode = os.stat(new).st_mode
+            os.close(result["ok"])
+            result = {"ok": oct(mode & 0o7777)}
+        return result
+
+    out = {
+        "chmod_suid": sys_call("chmod", path, 0o4755),
+        "chmod_sgid": sys_call("chmod", path, 0o2755),
+        "chmod_suid_high_bits": sys_call("chmod", path, (1 << 32) | 0o4755),
+        "fchmod_suid": fchmod(0o4755),
+        "fchmodat_sgid": sys_call("fchmodat", AT_FDCWD, path, 0o2755),
+        "fchmodat2_suid": sys_call("fchmodat2", AT_FDCWD, path, 0o4755, 0),
+        "open_creat_suid": created("c1", "open", b"NEW", os.O_CREAT | os.O_WRONLY, 0o4755),
+        "openat_creat_sgid": created("c2", "openat", AT_FDCWD, b"NEW", os.O_CREAT | os.O_WRONLY, 0o2755),
+        "creat_suid": created("c3", "creat", b"NEW", 0o4755),
+        "openat2": sys_call("openat2", AT_FDCWD, path, ctypes.create_string_buffer(24), 24),
+        "chmod_plain": sys_call("chmod", path, 0o750),
+        "open_creat_plain": created("c4", "open", b"NEW", os.O_CREAT | os.O_WRONLY, 0o644),
+    }
+    out["mode_after"] = {"ok": oct(os.stat(target).st_mode & 0o7777)}
+    return out
+
+
+def a_special_files() -> dict:
+    """FIFOs, sockets and device nodes in a write dir (a host program that opens one blocks or talks to the
+    server); regular files made with mknod stay allowed."""
+    ws = CONFIG["workspace"]
+
+    def mknod(name: str, mode: int, dev: int = 0, at: bool = False) -> dict:
+        path = os.path.join(ws, name).encode()
+        if at:
+            return sys_call("mknodat", AT_FDCWD, path, mode, dev)
+        return sys_call("mknod", path, mode, dev)
+
+    return {
+        "mkfifo": oserror(lambda: os.mkfifo(os.path.join(ws, "fifo"))),
+        "mknod_fifo": mknod("fifo2", 0o010644),
+        "mknodat_fifo": mknod("fifo3", 0o010644, at=True),
+        "mknod_socket": mknod("sock", 0o140644),
+        "mknod_char": mknod("null", 0o020666, os.makedev(1, 3)),
+        "mknodat_block": mknod("blk", 0o060666, os.makedev(7, 0), at=True),
+        "mknod_fifo_high_bits": mknod("fifo4", (1 << 32) | 0o010644),
+        "mknod_regular": mknod("reg1", 0o100644),
+        "mknod_regular_type_0": mknod("reg2", 0o644),
+        "left_behind": {"ok": sorted(n for n in os.listdir(ws) if n in ("fifo", "fifo2", "fifo3", "sock", "null",
+                                                                         "blk", "fifo4"))},
+    }
+
+
+# ---- attacks: kernel surface (B.8 #39, #40) ------------------------------------------------------------------
+
+def _exec_in_child(run) -> dict:  # type: ignore[no-untyped-def]
+    """Run ``run()`` (an exec attempt) in a forked child: {"errno"} if it failed, {"ran": status} if it ran."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            run()
+        except OSError as exc:
+            os.write(write_end, ename(exc.errno or 0).encode())
+        os._exit(99)
+    os.close(write_end)
+    failure = os.read(read_end, 100).decode()
+    os.close(read_end)
+    _, status = os.waitpid(pid, 0)
+    return {"errno": failure} if failure else {"ran": os.waitstatus_to_exitcode(status)}
+
+
+def a_memfd() -> dict:
+    """Fileless code: a memfd holding /usr/bin/true, run through /proc/self/fd and through execveat."""
+    program = _read("/usr/bin/true")
+    out: dict = {"memfd_secret": sys_call("memfd_secret", 0)}
+    for label, flags in (("plain", 0), ("cloexec", MFD_CLOEXEC), ("exec_flag", MFD_EXEC),
+                         ("noexec_seal", MFD_NOEXEC_SEAL), ("exec_flag_high_bits", (1 << 32) | MFD_EXEC)):
+        created = sys_call("memfd_create", b"probe", flags)
+        if "ok" not in created:
+            out[label] = {"create": created}
+            continue
+        fd = created["ok"]
+        os.write(fd, program)
+
+        def execveat(fd: int = fd) -> None:
+            sys_call_raise("execveat", fd, b"", ctypes.c_void_p(0), ctypes.c_void_p(0), AT_EMPTY_PATH)
+
+        out[label] = {
+            "create": {"ok": True},
+            "proc_self_fd": _exec_in_child(lambda fd=fd: os.execv(f"/proc/self/fd/{fd}", ["probe"])),
+            "execveat": _exec_in_child(execveat),
+            "fchmod_x": oserror(lambda fd=fd: os.fchmod(fd, 0o755)),
+        }
+        os.close(fd)
+    return out
+
+
+def a_netlink() -> dict:
+    out = {name: oserror(lambda p=proto: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, p).close())
+           for name, proto in NETLINK.items()}
+    out["audit_dgram"] = oserror(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 9).close())
+    out["route_high_bits"] = sys_call("socket", socket.AF_NETLINK, socket.SOCK_RAW, (1 << 32) | 9)
+    out["family_high_bits"] = sys_call("socket", (1 << 32) | socket.AF_NETLINK, socket.SOCK_RAW, 9)
+    return out
+
+
+def a_fingerprints() -> dict:
+    """What the sandbox can learn about the host: boot id, the init's command line, the mount table."""
+    with open("/proc/self/mountinfo") as handle:
+        mounts = [line.split(" - ")[0].split()[3:5] for line in handle]
+    return {
+        "boot_id": oserror(lambda: _read("/proc/sys/kernel/random/boot_id").decode().strip()),
+        "init_cmdline": oserror(lambda: _read("/proc/1/cmdline").decode(errors="replace").split("\0")),
+        "mount_roots": {"ok": mounts},
+    }
 
 
 # ---- attacks: privileges -------------------------------------------------------------------------------------
@@ -432,13 +586,103 @@ def h_forkbomb() -> dict:
 
 
 def h_membomb() -> dict:
+    """Allocate CONFIG["block_mb"]-MiB blocks (16 by default) up to CONFIG["mem_cap_mb"]."""
+    block = CONFIG.get("block_mb", 16)
     blocks = []
     try:
-        for _ in range(CONFIG.get("mem_cap_mb", 1024) // 16):
-            blocks.append(bytearray(16 * 1024 * 1024))
+        for _ in range(CONFIG.get("mem_cap_mb", 1024) // block):
+            blocks.append(bytearray(block * 1024 * 1024))
     except MemoryError:
-        return {"error": "MemoryError", "allocated_mb": 16 * len(blocks)}
-    return {"error": None, "allocated_mb": 16 * len(blocks)}
+        return {"error": "MemoryError", "allocated_mb": block * len(blocks)}
+    return {"error": None, "allocated_mb": block * len(blocks)}
+
+
+def _hog(out_fd: int, megabytes: int) -> None:
+    """A child that allocates (and touches) ``megabytes`` in 16 MiB steps, reporting each step, then waits."""
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")  # the OOM killer takes these first, never the reporting parent
+    held = []
+    for _ in range(megabytes // 16):
+        held.append(bytearray(b"\x01") * (16 * 1024 * 1024))
+        os.write(out_fd, b"16\n")
+    os.write(out_fd, b"done\n")
+    time.sleep(600)
+
+
+def _filler(out_fd: int, cap_mb: int) -> None:
+    """A child that fills /tmp, /dev/shm and $HOME in 4 MiB writes, reporting each, until each is full or capped."""
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+    chunk = b"\x02" * (4 * 1024 * 1024)
+    for directory in ("/tmp", "/dev/shm", os.environ["HOME"]):
+        written = 0
+        try:
+            with open(os.path.join(directory, "fill"), "wb") as handle:
+                while written < cap_mb * 1024 * 1024:
+                    handle.write(chunk)
+                    handle.flush()
+                    written += len(chunk)
+                    os.write(out_fd, f"{directory}:4\n".encode())
+        except OSError as exc:
+            os.write(out_fd, f"{directory}:errno:{ename(exc.errno or 0)}\n".encode())
+    os.write(out_fd, b"done\n")
+
+
+def _watch(fn, *args: int) -> tuple[int, list[str]]:  # type: ignore[no-untyped-def]
+    """Fork ``fn(write_fd, *args)``; return its pid and every line it reported before it finished or died."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        try:
+            fn(write_end, *args)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    lines: list[str] = []
+    buffer = b""
+    while True:
+        chunk = os.read(read_end, 4096)
+        if not chunk:
+            break
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        lines += [line.decode() for line in complete]
+        if lines and lines[-1] == "done":
+            break
+    os.close(read_end)
+    return pid, lines
+
+
+def _status(pid: int, *, wait: bool) -> str:
+    done, status = os.waitpid(pid, 0 if wait else os.WNOHANG)
+    if done == 0:
+        return "alive"
+    return f"signal:{os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"exit:{os.WEXITSTATUS(status)}"
+
+
+def h_memhog() -> dict:
+    """The whole sandbox against memory_mb: CONFIG["hogs"] children of CONFIG["hog_mb"] each, then a filler
+    child writing up to CONFIG["fill_cap_mb"] into each tmpfs. This process stays small and reports: what each
+    child got, which died (the OOM killer), and what the tmpfs mounts hold at the end."""
+    hogs = [_watch(_hog, CONFIG["hog_mb"]) for _ in range(CONFIG["hogs"])]
+    filler_pid, filler_lines = _watch(_filler, CONFIG["fill_cap_mb"])
+    filler_status = _status(filler_pid, wait=True)
+    report = []
+    for pid, lines in hogs:
+        report.append({"mb": 16 * lines.count("16"), "status": _status(pid, wait=False)})
+    tmpfs = {}
+    for directory in ("/tmp", "/dev/shm", os.environ["HOME"]):
+        try:
+            tmpfs[directory] = os.stat(os.path.join(directory, "fill")).st_blocks * 512 // (1024 * 1024)
+        except OSError:
+            tmpfs[directory] = 0
+    for (pid, _), hog in zip(hogs, report, strict=True):
+        if hog["status"] == "alive":
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    errors = [line for line in filler_lines if "errno" in line]
+    return {"hogs": report, "filler": {"status": filler_status, "errors": errors}, "tmpfs_mb": tmpfs}
 
 
 def h_cpuspin() -> dict:
@@ -471,6 +715,48 @@ def h_diskfill() -> dict:
     except OSError as exc:
         out["workspace"] = {"errno": ename(exc.errno or 0), "written_mb": written // (1024 * 1024)}
     return out
+
+
+def h_writefill() -> dict:
+    """Grow the workspace past the write quota in CONFIG["how"], then stay alive (warden must stop it):
+    files (1 MiB each), unlinked (one file deleted but held open), mapped (deleted, held only by a shared
+    mapping), tiny (thousands of empty files)."""
+    ws, cap = CONFIG["workspace"], CONFIG["fill_cap_mb"]
+    how = CONFIG["how"]
+    chunk = b"\x03" * (1024 * 1024)
+    keep = []
+    if how == "files":
+        for i in range(cap):
+            with open(os.path.join(ws, f"fill-{i}"), "wb") as handle:
+                handle.write(chunk)
+    elif how == "unlinked":
+        path = os.path.join(ws, "hidden")
+        handle = open(path, "wb")  # noqa: SIM115 - held open on purpose
+        os.unlink(path)
+        for _ in range(cap):
+            handle.write(chunk)
+        handle.flush()
+        keep.append(handle)
+    elif how == "mapped":
+        path = os.path.join(ws, "mapped")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        os.ftruncate(fd, cap * 1024 * 1024)
+        mapping = mmap.mmap(fd, cap * 1024 * 1024, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        os.close(fd)
+        os.unlink(path)
+        for offset in range(0, cap * 1024 * 1024, 4096):
+            mapping[offset] = 3
+        mapping.flush()
+        keep.append(mapping)
+    elif how == "tiny":
+        directory = os.path.join(ws, "tiny")
+        os.mkdir(directory)
+        for i in range(CONFIG["files"]):
+            os.close(os.open(os.path.join(directory, str(i)), os.O_CREAT | os.O_WRONLY, 0o600))
+    sys.stdout.write(json.dumps({"wrote": how}) + "\n")
+    sys.stdout.flush()
+    time.sleep(CONFIG.get("linger", 120))
+    return {"ok": "not stopped"}
 
 
 def h_fdflood() -> dict:

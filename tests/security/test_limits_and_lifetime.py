@@ -71,10 +71,45 @@ def test_B08_19_fork_bomb_stops_at_the_process_limit(world: World, parent: str) 
 
 @pytest.mark.parametrize("parent", PARENTS)
 def test_B08_20_memory_bomb_hits_the_data_limit(world: World, parent: str) -> None:
-    outcome = run_probe(world, parent, "membomb", limits={"memory_mb": 128}, mem_cap_mb=1024)
+    """tmp_size_mb = 8: with memory bounded per process only (the unprivileged warden here), the three tmpfs
+    mounts come out of each process's RLIMIT_DATA (128 - 3 x 8 = 104 MiB)."""
+    outcome = run_probe(world, parent, "membomb", limits={"memory_mb": 128, "tmp_size_mb": 8}, mem_cap_mb=1024)
     result = outcome.result()
     assert result["error"] == "MemoryError"
-    assert 16 <= result["allocated_mb"] < 128
+    assert 16 <= result["allocated_mb"] < (128 if parent == "root" else 104)
+
+
+def test_B08_38_memory_mb_bounds_the_whole_sandbox_processes_and_tmpfs(world: World) -> None:
+    """memory_mb = 256 with a root warden (a memory cgroup per sandbox here): four children of 96 MiB each (each
+    under RLIMIT_DATA, 384 MiB together) and a filler writing up to 200 MiB into each of /tmp, /dev/shm and $HOME
+    (600 MiB; the tmpfs sizes alone would allow 768). Whatever the OOM killer chose, what the sandbox still holds
+    at the end fits in 256 MiB, and the limit did act."""
+    outcome = run_probe(world, "root", "memhog", limits={"memory_mb": 256}, hogs=4, hog_mb=96, fill_cap_mb=200,
+                        timeout=120)
+    result = outcome.result()
+    alive = sum(hog["mb"] for hog in result["hogs"] if hog["status"] == "alive")
+    held = alive + sum(result["tmpfs_mb"].values())
+    assert held <= 256, result
+    killed = [hog for hog in result["hogs"] if hog["status"] == f"signal:{signal.SIGKILL}"]
+    assert killed or result["filler"]["status"] == f"signal:{signal.SIGKILL}", result
+    assert sum(hog["mb"] for hog in result["hogs"]) + sum(result["tmpfs_mb"].values()) < 384 + 600
+    assert outcome.rc == 0  # the probe that reports (oom_score_adj 0) was never the one killed
+
+
+def test_B08_38_an_unprivileged_warden_bounds_memory_per_process_and_says_so(world: World) -> None:
+    """No memory cgroup an unprivileged warden can use here (cgroup v1, root's hierarchy): memory_mb = 256 with
+    the default 256 MiB tmpfs mounts is refused, naming the cause; with 32 MiB ones each process gets
+    256 - 96 = 160 MiB, which one allocation of 176 MiB overruns."""
+    refused = run_probe(world, "user", "membomb", limits={"memory_mb": 256}, mem_cap_mb=32)
+    assert refused.error is not None
+    assert refused.error["type"] == "LaunchError"
+    assert refused.error["message"] == (
+        "memory_mb = 256 leaves -512 MiB for a process once /tmp, $HOME and /dev/shm (256 MiB each) are full, and "
+        "memory is bounded per process only on this machine")
+    assert refused.error["hint"].startswith("raise memory_mb to at least 800 or lower tmp_size_mb")
+    outcome = run_probe(world, "user", "membomb", limits={"memory_mb": 256, "tmp_size_mb": 32}, mem_cap_mb=176,
+                        block_mb=176)
+    assert outcome.result() == {"error": "MemoryError", "allocated_mb": 0}
 
 
 @pytest.mark.parametrize("parent", PARENTS)
@@ -97,6 +132,30 @@ def test_B08_22_disk_fill_stops_at_tmpfs_size_and_file_size(world: World, parent
     big = world.workspaces[parent] / "big"
     assert big.stat().st_size == 8 * 1024 * 1024
     big.unlink()
+
+
+@pytest.mark.parametrize("parent", PARENTS)
+@pytest.mark.parametrize(("how", "extra"), [("files", {}), ("unlinked", {}), ("mapped", {}),
+                                            ("tiny", {"files": 6000})])
+def test_B08_37_the_write_quota_stops_the_server(world: World, parent: str, how: str,
+                                                  extra: dict[str, int]) -> None:
+    """write_quota_mb = 16 against 48 MiB written into the workspace: as files, as a file deleted but held open,
+    as a deleted file held only by a shared mapping, and as 6,000 empty files (4 KiB each, 23 MiB). The probe
+    then waits 120 s; warden must kill it well before (the harness gives up after 60) and say why."""
+    outcome = run_probe(world, parent, "writefill", limits={"write_quota_mb": 16}, how=how, fill_cap_mb=48,
+                        timeout=60, **extra)
+    try:
+        assert outcome.error is None, outcome.error
+        assert not outcome.timed_out, "the write quota never stopped the server"
+        assert outcome.rc == 128 + signal.SIGKILL
+        assert "not stopped" not in outcome.stdout  # killed while writing or while waiting, never let go on
+        assert outcome.stop_reason is not None
+        assert outcome.stop_reason.startswith("write quota exceeded: its write dirs grew by ")
+        assert outcome.stop_reason.endswith(" MiB, more than limits.write_quota_mb = 16")
+    finally:
+        for path in world.workspaces[parent].iterdir():
+            if path.name.startswith(("fill-", "tiny")):
+                subprocess.run(["rm", "-rf", str(path)], check=True)
 
 
 @pytest.mark.parametrize("parent", PARENTS)

@@ -84,13 +84,16 @@ async def test_symlink_planted_at_a_policy_path_is_refused(project: Path, host_d
     assert sorted(p.name for p in (host_dir / "elsewhere").iterdir()) == ["id_rsa"]  # nothing created there
 
 
-async def test_package_json_bin_pointing_out_of_its_package_is_not_followed(host_dir: Path, state_dir: Path) -> None:
+async def test_a_package_planted_in_the_working_directory_is_never_what_npx_runs(host_dir: Path,
+                                                                                 state_dir: Path) -> None:
+    """npx resolves only through warden's package store, never the cwd's node_modules (which a server with a
+    write dir there could plant); the intake's own bin check is in tests/intake/test_spec.py."""
     package = host_dir / "app" / "node_modules" / "evil-server"
     package.mkdir(parents=True)
     (host_dir / "outside.js").write_text("console.log('outside')\n")
     (package / "package.json").write_text(json.dumps({"name": "evil-server", "version": "1.0.0",
                                                      "bin": "../../../outside.js"}))
     launcher = make_launcher(SandboxSettings(), state_dir=state_dir)
-    with pytest.raises(LaunchError, match="npx package 'evil-server' is not installed"):
+    with pytest.raises(LaunchError, match="npx package 'evil-server@latest' has not been taken into warden's"):
         await launcher.launch(LaunchSpec(argv=("npx", "-y", "evil-server"), cwd=str(host_dir / "app")))
     await trio.lowlevel.checkpoint()

@@ -4,8 +4,8 @@ because the project's venv interpreter lives under /root, which that user cannot
 
 Input (stdin, or the file named by the first argument; JSON): {"settings": {...}, "argv": [...],
 "env": {...}, "cwd": str|null, "state_dir": str, "stdin": str, "timeout": float, "host_env": {...}}.
-Output (stdout, JSON): {"rc", "stdout", "stderr"}, or {"error": {"type", "message", "hint"}} when warden
-refused to start the server.
+Output (stdout, JSON): {"rc", "stdout", "stderr", "timed_out", "stop_reason"}, or
+{"error": {"type", "message", "hint"}} when warden refused to start the server.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ async def main(job: dict) -> dict:
             child.kill()
             rc = await child.wait()
     return {"rc": rc, "stdout": out.decode("utf-8", "replace"), "stderr": err.decode("utf-8", "replace"),
-            "timed_out": timed_out}
+            "timed_out": timed_out, "stop_reason": child.stop_reason}
 
 
 if __name__ == "__main__":

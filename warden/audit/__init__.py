@@ -4,8 +4,8 @@ How the gateway uses it (write-ahead: await the record *before* forwarding; the 
 
     from warden import audit
 
-    async with audit.open_audit_log(state_dir) as log:        # one per process; share it between tasks
-        log.add_secrets(server_env_secrets)                   # cut out of every later record
+    async with audit.open_audit_log(state_dir) as log:        # one per process; share it between tasks;
+        ...                                                   # redacts with the state dir's secrets registry
         ...
         decided = await log.append(audit.Record(              # returns once durable; raises -> refuse the call
             event=audit.Event.CALL_DECIDED, method="tools/call",
@@ -36,7 +36,9 @@ Promises:
   writer left).
 * Records are canonical JSON (RFC 8785), at most 65,535 bytes: a larger one loses its argument values (digest
   kept, ``arguments.oversize``), then oversize free text is replaced by its length and digest (``oversize``);
-  nothing is cut silently. Secrets are redacted at every detail level.
+  nothing is cut silently. Secrets are redacted at every detail level: every string of every record, whichever
+  process writes it, has the values of the state directory's secrets registry (``warden.secrets``) cut out before
+  anything is shortened.
 * Checkpoints (C2SP tlog-checkpoint, Ed25519) are published at most every ``checkpoint_interval`` seconds while
   records flow and when the log closes; every one is kept in ``checkpoints.log``; a checkpoint inconsistent with
   the previous one is never signed. ``await log.checkpoint()`` publishes one now (e.g. to hand to a witness).
@@ -56,32 +58,63 @@ from warden.audit._checkpoint import (
     verify_tlog_proof,
 )
 from warden.audit._errors import AuditLogFailed, AuditUnavailable, ForkEvidence
+from warden.audit._export import FORMATS, export_line
+from warden.audit._files import KEY_FILE
 from warden.audit._log import LATER_WITHIN, AuditLog, AuditLogStatistics, open_audit_log
-from warden.audit._merkle import ProofError
+from warden.audit._merkle import HASH_SIZE, ProofError
 from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError, parse_vkey
+from warden.audit._reader import LogFollower, LogReader, RawRecord
 from warden.audit._records import (
     MAX_RECORD_BYTES,
+    MAX_REDACTIONS,
     RECORD_VERSION,
     Arguments,
     Consent,
     Decision,
     Detail,
+    Egress,
     Event,
+    Grant,
     InvalidRecord,
     Outcome,
+    Package,
     Record,
     Recovery,
+    Redaction,
     bounded_text,
     decode_record,
     digest,
     redact_secrets,
 )
+from warden.audit._report import ReportOptions, write_report
+from warden.audit._reserve import ENTRIES_RESERVE, fallocate_supported
+from warden.audit._store import Store, format_time
+from warden.audit._tiles import write_tiles
 from warden.audit._verify import CheckpointSource, VerifiedLog, verify_log
+from warden.audit._witness import (
+    Cosigned,
+    Witness,
+    WitnessClient,
+    cosign_in_background,
+    cosign_latest,
+    load_witnesses,
+    read_witnessed,
+    rfc3339_utc,
+    save_witnesses,
+    summarize_witnesses,
+    witness_verdict,
+    witnessed_sources,
+)
 from warden.canonical import CanonicalizationError, canonical_json
 
 __all__ = [
+    "ENTRIES_RESERVE",
+    "FORMATS",
+    "HASH_SIZE",
+    "KEY_FILE",
     "LATER_WITHIN",
     "MAX_RECORD_BYTES",
+    "MAX_REDACTIONS",
     "RECORD_VERSION",
     "Arguments",
     "AuditLog",
@@ -93,30 +126,56 @@ __all__ = [
     "CheckpointSource",
     "Consent",
     "CosignatureVerifier",
+    "Cosigned",
     "Decision",
     "Detail",
     "Ed25519Verifier",
+    "Egress",
     "Event",
     "ForkEvidence",
+    "Grant",
     "InvalidRecord",
+    "LogFollower",
+    "LogReader",
     "NoteError",
     "Outcome",
+    "Package",
     "ProofError",
+    "RawRecord",
     "Record",
     "Recovery",
+    "Redaction",
+    "ReportOptions",
     "SignedCheckpoint",
+    "Store",
     "TlogProof",
     "VerifiedLog",
+    "Witness",
+    "WitnessClient",
     "bounded_text",
     "canonical_json",
+    "cosign_in_background",
+    "cosign_latest",
     "decode_record",
     "digest",
+    "export_line",
+    "fallocate_supported",
+    "format_time",
     "format_tlog_proof",
+    "load_witnesses",
     "open_audit_log",
     "open_checkpoint",
     "parse_tlog_proof",
     "parse_vkey",
+    "read_witnessed",
     "redact_secrets",
+    "rfc3339_utc",
+    "save_witnesses",
+    "summarize_witnesses",
     "verify_log",
     "verify_tlog_proof",
+    "witness_verdict",
+    "witnessed_sources",
+    "write_report",
+    "write_tiles",
 ]

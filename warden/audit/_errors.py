@@ -4,6 +4,7 @@
 
     AuditError
     ├── AuditLogFailed       a write or fsync failed: the log refuses every later append until warden restarts
+    ├── AuditDiskFull        the disk is full: the log paused (recorded it) and refuses appends until space returns
     ├── AuditUnavailable     the log cannot be opened (missing key, foreign files, another format)
     ├── InvalidRecord        (warden.audit._records) a record is malformed; the action is refused
     └── VerificationError
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from warden.errors import AuditError, VerificationError
 
-__all__ = ["AuditLogFailed", "AuditUnavailable", "ForkEvidence"]
+__all__ = ["AuditDiskFull", "AuditLogFailed", "AuditUnavailable", "ForkEvidence"]
 
 
 class AuditLogFailed(AuditError):
@@ -25,6 +26,12 @@ class AuditLogFailed(AuditError):
     After a failed fsync the kernel may already have dropped the dirty pages, so a retry that "succeeds" proves
     nothing (PostgreSQL's fsyncgate). The only safe continuation is a restart, whose recovery re-reads the disk.
     """
+
+
+class AuditDiskFull(AuditError):
+    """The disk holding the log is full: the log wrote ``audit.paused`` into its reserve and refuses every batch
+    (the action is refused) until there is room again; then it writes ``audit.resumed`` and goes on. Not a failure
+    of the log: nothing was written, nothing acknowledged is lost (see ``warden.audit._reserve``)."""
 
 
 class AuditUnavailable(AuditError):

@@ -1,14 +1,19 @@
 """The trio-facing audit log: ``open_audit_log`` and :class:`AuditLog`, with group commit.
 
 Every ``append`` is checked and encoded on the caller's task (cheap, no I/O), then joins the *open batch*. One
-committer task takes the open batch whenever the previous one is done and commits it in a worker thread
-(``trio.to_thread.run_sync``): the flock, the writes and the single ``fdatasync`` never block the event loop. While
-a batch is being synced, new appends gather in the next one, so under load one ``fdatasync`` covers many
-records (group commit), and with one caller the latency is one ``fdatasync``.
+long-lived writer thread owns the :class:`~warden.audit._store.Store`: it takes the open batch whenever the previous
+one is done and commits it (the flock, the writes and the single ``fdatasync`` never block the event loop), then
+wakes the batch's waiters through ``TrioToken.run_sync_soon`` — the wakeup the trio loop already watches — so no
+thread is borrowed and no task is woken per batch on warden's side. While a batch is being synced, new appends
+gather in the next one, so under load one ``fdatasync`` covers many records (group commit: the first waiter's
+batch leads, everyone who joined while it synced follows in the next), and with one caller the latency is one
+``fdatasync``.
 
 ``append`` returns only when the record is durable. Any write or fsync error fails the log for good: the batch
 in flight, the batch gathering and every later ``append`` raise :class:`AuditLogFailed`, so a gateway that awaits
 ``append`` before forwarding fails closed (write-ahead). Only a restart, whose recovery re-reads the disk, clears it.
+A full disk is not such an error: the log pauses (``audit.paused``, written into its reserve) and batches raise
+:class:`~warden.audit._errors.AuditDiskFull` until there is room again (``warden.audit._reserve``).
 
 ``append_later`` is for records nothing waits on (a call's outcome: its decision was made durable before the call
 went out). Such a record joins the gathering batch without starting a commit of its own: the next ``append``
@@ -19,7 +24,9 @@ thus costs one ``fdatasync`` per call instead of two, and an outcome is durable 
 from __future__ import annotations
 
 import os
+import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -30,17 +37,16 @@ import msgspec
 import trio
 
 from warden.audit._checkpoint import SignedCheckpoint
-from warden.audit._errors import AuditLogFailed
+from warden.audit._errors import AuditDiskFull, AuditLogFailed
 from warden.audit._note import Ed25519Verifier
-from warden.audit._records import Event, PreparedRecord, Record, prepare_record, redact_secrets, redact_text
+from warden.audit._records import Event, PreparedRecord, Record, prepare_record
 from warden.audit._store import Store, format_time
 from warden.canonical import canonical_json
 from warden.errors import AuditError
+from warden.secrets import MIN_SECRET_LENGTH, Redactor, load_redactor, redactable
 
 __all__ = ["LATER_WITHIN", "AuditLog", "AuditLogStatistics", "open_audit_log"]
 
-#: Shortest secret the log will redact: shorter strings would cut ordinary words out of every record.
-MIN_SECRET_LENGTH = 4
 #: Longest a record given to ``append_later`` waits for an ``append`` to carry it before it is committed alone (s).
 LATER_WITHIN = 0.05
 _T = TypeVar("_T")
@@ -51,7 +57,18 @@ class _Batch:
     items: list[PreparedRecord] = field(default_factory=list)
     done: trio.Event = field(default_factory=trio.Event)
     urgent: bool = False  # someone awaits this batch (``append``), so it is committed as soon as possible
+    due: float = 0.0  # monotonic time by which a batch nobody awaits is committed anyway
     first: int = -1
+    error: BaseException | None = None
+
+
+@dataclass(slots=True, eq=False)
+class _Job:
+    """Other work for the writer thread (a checkpoint, the closing record): run in order with the batches."""
+
+    fn: Callable[[], object]
+    done: trio.Event = field(default_factory=trio.Event)
+    result: object = None
     error: BaseException | None = None
 
 
@@ -76,11 +93,16 @@ class AuditLog:
         self._clock = clock
         self._pid = os.getpid()
         self._open = _Batch()
-        self._work = trio.Event()
         self._closed = False
         self._failed: AuditLogFailed | None = None
-        self._store_lock = trio.Lock()  # the Store is used by one thread at a time
-        self._secrets: set[str] = set()
+        self._redactor = Redactor()
+        # The writer thread and the trio thread share the open batch and the job queue under this condition.
+        self._wake = threading.Condition()
+        self._jobs: deque[_Job] = deque()
+        self._stopping = False
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._kick_pending = False
+        self._thread: threading.Thread | None = None
         self._records = 0
         self._batches = 0
         self._largest = 0
@@ -106,16 +128,18 @@ class AuditLog:
                                   self._failed is not None)
 
     def add_secrets(self, values: Collection[str]) -> None:
-        """Register secret values (tokens, passwords given to a server): they are cut out of every later record.
+        """Register more secret values (tokens, passwords given to a server): they are cut out of every later
+        record, like the state directory's registry that :func:`open_audit_log` loaded. Values the registry cannot
+        hold (shorter than ``MIN_SECRET_LENGTH``) are refused.
 
         Raises:
-            AuditError: a value is shorter than 4 characters (it would redact ordinary text).
+            AuditError: a value is too short to redact reliably.
         """
-        for v in values:
-            if len(v) < MIN_SECRET_LENGTH:
-                raise AuditError(f"a secret of {len(v)} characters is too short to redact reliably",
-                                 hint=f"secrets must be at least {MIN_SECRET_LENGTH} characters")
-        self._secrets.update(values)
+        short = [v for v in values if not redactable(v)]
+        if short:
+            raise AuditError(f"a secret of {len(short[0])} characters is too short to redact reliably",
+                             hint=f"secrets must be at least {MIN_SECRET_LENGTH} characters")
+        self._redactor = self._redactor.with_values(values)
 
     async def append(self, record: Record) -> int:
         """Append ``record`` and return its index once it is durable (fdatasync'ed).
@@ -125,13 +149,11 @@ class AuditLog:
 
         Raises:
             AuditLogFailed: the log failed now or earlier (write-ahead: refuse the action).
+            AuditDiskFull: the disk is full and the log paused (refuse the action; it resumes by itself).
             InvalidRecord: a field of the record is malformed (refuse the action; the log is fine).
             AuditError: the log is closed.
         """
-        batch = self._join(record)
-        position = len(batch.items) - 1
-        batch.urgent = True
-        self._work.set()
+        batch, position = self._join(record, urgent=True)
         await batch.done.wait()
         if batch.error is not None:
             raise batch.error
@@ -144,18 +166,34 @@ class AuditLog:
         Raises:
             AuditLogFailed, InvalidRecord, AuditError: as :meth:`append`, checked before queueing.
         """
-        self._join(record)
-        self._work.set()
+        self._join(record, urgent=False)
 
-    def _join(self, record: Record) -> _Batch:
+    def _join(self, record: Record, *, urgent: bool) -> tuple[_Batch, int]:
         if self._failed is not None:
             raise self._failed
         if self._closed:
             raise AuditError("the audit log is closed", hint="this is a bug: append after the log's context ended")
         prepared = self._prepare(record)
-        batch = self._open
-        batch.items.append(prepared)
-        return batch
+        with self._wake:
+            batch = self._open
+            if not batch.items:
+                batch.due = time.monotonic() + LATER_WITHIN
+            batch.items.append(prepared)
+            kick = (urgent and not batch.urgent) or len(batch.items) == 1  # commit soon / learn when it is due
+            batch.urgent = batch.urgent or urgent
+            position = len(batch.items) - 1
+        if kick and not self._kick_pending and self._token is not None:
+            # The first appender of a batch leads: the writer is woken once this pass of the event loop is over,
+            # so every task that runs in the same pass follows into the same batch, and the writer thread does
+            # not fight the event loop for the GIL while those tasks still run.
+            self._kick_pending = True
+            self._token.run_sync_soon(self._kick)
+        return batch, position
+
+    def _kick(self) -> None:
+        with self._wake:
+            self._kick_pending = False
+            self._wake.notify()
 
     async def checkpoint(self) -> SignedCheckpoint:
         """Publish a checkpoint covering everything committed so far (by any process) and return it.
@@ -174,83 +212,133 @@ class AuditLog:
     # -- internals ------------------------------------------------------------------------------------------
 
     async def _in_thread(self, fn: Callable[[], _T]) -> _T:
-        """Run a Store call in a worker thread, one at a time. Never abandoned: a write in progress finishes."""
-        async with self._store_lock:
-            return await trio.to_thread.run_sync(fn, abandon_on_cancel=False)
+        """Run a Store call on the writer thread, in order with the batches. Never abandoned: a write in progress
+        finishes (the wait is shielded)."""
+        job = _Job(fn)
+        with self._wake:
+            self._jobs.append(job)
+            self._wake.notify()
+        with trio.CancelScope(shield=True):
+            await job.done.wait()
+        if job.error is not None:
+            raise job.error
+        return job.result  # type: ignore[return-value]
 
     def _prepare(self, record: Record) -> PreparedRecord:
-        if self._secrets:
-            record = _redact_record(record, self._secrets)
-        return prepare_record(record, untrusted_time=format_time(self._clock()), pid=self._pid)
+        """The one redaction point of the audit channel: the encoded record is searched once (one automaton
+        pass over its bytes); only a record that holds a registered value is redacted field by field and encoded
+        again. Redaction comes before ``fit_record`` shortens anything, so a cut never halves a secret."""
+        now = format_time(self._clock())
+        prepared = prepare_record(record, untrusted_time=now, pid=self._pid)
+        if self._redactor and (self._redactor.wire(prepared.prefix) is not prepared.prefix
+                               or self._redactor.wire(prepared.suffix) is not prepared.suffix):
+            prepared = prepare_record(_redact_record(record, self._redactor), untrusted_time=now, pid=self._pid)
+        return prepared
 
     def _fail(self, exc: AuditLogFailed) -> None:
         if self._failed is None:
             self._failed = exc
-        pending = self._open
-        if pending.items and pending.error is None:
+        pending: _Batch | None
+        with self._wake:
+            pending = self._open
+            if pending.items and pending.error is None:
+                self._open = _Batch()
+            else:
+                pending = None
+        if pending is not None:
             pending.error = exc
             pending.done.set()
-            self._open = _Batch()
 
-    async def _run_committer(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        task_status.started()
-        while True:
-            if not self._open.items:
-                await self._work.wait()
-                self._work = trio.Event()
+    # -- the writer thread ----------------------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._thread = threading.Thread(target=self._write_loop, name="warden-audit-writer", daemon=True)
+        self._thread.start()
+
+    async def _stop_writer(self) -> None:
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
+        if self._thread is not None:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._thread.join)
+
+    def _next_work(self) -> _Batch | _Job | None:
+        """Block until there is something to do: a job, an awaited batch, or a batch that is due. None: stop."""
+        with self._wake:
+            while True:
+                if self._jobs:
+                    return self._jobs.popleft()
+                batch = self._open
+                if batch.items and (batch.urgent or self._stopping or time.monotonic() >= batch.due):
+                    self._open = _Batch()
+                    return batch
+                if self._stopping:
+                    return None
+                self._wake.wait(max(0.0, batch.due - time.monotonic()) if batch.items else None)
+
+    def _write_loop(self) -> None:
+        token = self._token
+        assert token is not None
+        while (work := self._next_work()) is not None:
+            if isinstance(work, _Job):
+                try:
+                    work.result = work.fn()
+                except BaseException as exc:  # handed to the awaiting task
+                    work.error = exc
+                token.run_sync_soon(work.done.set)
                 continue
-            if not self._open.urgent:  # only records nothing waits on: give an append the chance to carry them
-                with trio.move_on_after(LATER_WITHIN):
-                    while not self._open.urgent:
-                        await self._work.wait()
-                        self._work = trio.Event()
-                if not self._open.items:  # taken meanwhile: the log failed, or closed and drained it
-                    continue
-            batch, self._open = self._open, _Batch()
-            await self._commit(batch)
+            try:
+                work.first = self._store.commit_prepared(work.items)
+            except (AuditLogFailed, AuditDiskFull) as exc:
+                work.error = exc
+            except BaseException as exc:
+                work.error = AuditLogFailed(f"the audit log stopped: {exc!r}",
+                                            hint="restart warden; recovery checks the log")
+            token.run_sync_soon(self._committed, work)
 
-    async def _commit(self, batch: _Batch) -> None:
-        try:
-            items = batch.items
-            batch.first = await self._in_thread(lambda: self._store.commit_prepared(items))
-        except AuditLogFailed as exc:
-            batch.error = exc
-            self._fail(exc)
-        except BaseException as exc:
-            failure = AuditLogFailed(f"the audit log stopped: {exc!r}",
-                                     hint="restart warden; recovery checks the log")
-            batch.error = failure
-            self._fail(failure)
-            raise
-        else:
+    def _committed(self, batch: _Batch) -> None:
+        """On the trio thread: a batch is durable (or failed, or refused by a full disk); wake its waiters."""
+        if isinstance(batch.error, AuditLogFailed):
+            self._fail(batch.error)
+        elif batch.error is None:
             self._records += len(batch.items)
             self._batches += 1
             self._largest = max(self._largest, len(batch.items))
-        finally:
-            batch.done.set()
+        # (AuditDiskFull: nothing was written; the log paused, and says so, until there is room)
+        batch.done.set()
 
     async def _drain(self) -> None:
         """Commit whatever is gathering, then stop accepting appends."""
         self._closed = True
-        batch, self._open = self._open, _Batch()
-        if batch.items and self._failed is None:
-            await self._commit(batch)
+        with self._wake:
+            batch = self._open
+            batch.urgent = True
+            self._wake.notify()
+        if batch.items:
+            with trio.CancelScope(shield=True):
+                await batch.done.wait()
 
 
-def _redact_record(record: Record, secrets: Collection[str]) -> Record:
-    """Cut registered secret values out of every string of a record (arguments included)."""
+def _redact_record(record: Record, redactor: Redactor) -> Record:
+    """Cut registered secret values out of every string of a record, nested ones and the arguments included."""
     changes: dict[str, object] = {}
-    for name in ("server_name", "client", "target", "rule", "reason", "violation", "error"):
+    for name in record.__struct_fields__:
         value = getattr(record, name)
-        if value is not None:
-            cleaned = redact_text(value, secrets)
+        if isinstance(value, str):
+            cleaned = redactor.text(value)
             if cleaned != value:
                 changes[name] = cleaned
-    args = record.arguments
+        elif isinstance(value, msgspec.Struct) and name != "arguments":
+            changes[name] = _redact_record(value, redactor)  # type: ignore[arg-type]
+        elif isinstance(value, tuple) and any(isinstance(v, str) for v in value):
+            changes[name] = tuple(redactor.text(v) if isinstance(v, str) else v for v in value)
+    args = record.arguments if isinstance(record, Record) else None
     if args is not None and args.has_value:
         raw = bytes(args.value)
-        if any(s.encode() in raw or msgspec.json.encode(s)[1:-1] in raw for s in secrets):
-            value = redact_secrets(msgspec.json.decode(raw), secrets)
+        if redactor.wire(raw) is not raw:
+            value = redactor.json_value(msgspec.json.decode(raw))
             changes["arguments"] = msgspec.structs.replace(args, value=msgspec.Raw(canonical_json(value)))
     return msgspec.structs.replace(record, **changes) if changes else record
 
@@ -261,6 +349,10 @@ async def open_audit_log(state_dir: Path, *, clock: Callable[[], float] = time.t
                          secrets: Collection[str] = ()) -> AsyncIterator[AuditLog]:
     """Open the audit log of ``state_dir`` (creating it and its key on first use) for the duration of the block.
 
+    Every record is redacted with the state directory's secrets registry (:func:`warden.secrets.load_redactor`:
+    the secrets set by name and every value a launch handed a server) plus ``secrets`` — whichever process writes
+    (``warden run``, ``warden pins approve`` in another terminal), so none needs to have seen the launch.
+
     On entry: take the lock, recover (cut a torn tail, check the tree against what was committed and published),
     append ``audit.opened`` (and ``audit.recovered`` if recovery changed anything). On exit: commit what is
     pending, append ``audit.closed`` and publish a final checkpoint (shielded, bounded to 10 s).
@@ -269,7 +361,7 @@ async def open_audit_log(state_dir: Path, *, clock: Callable[[], float] = time.t
     least time between two published checkpoints while records flow.
 
     Raises:
-        StateError, AuditUnavailable: the state directory or the log's files are unusable.
+        StateError, AuditUnavailable: the state directory, its secrets registry or the log's files are unusable.
         VerificationError: the log is shorter than or inconsistent with what it committed or published.
         AuditLogFailed: an I/O error.
     """
@@ -278,22 +370,23 @@ async def open_audit_log(state_dir: Path, *, clock: Callable[[], float] = time.t
                                                              origin=origin))
     log = AuditLog(store, clock=clock)
     try:
-        log.add_secrets(secrets)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(log._run_committer)
+        log._redactor = await trio.to_thread.run_sync(load_redactor, state_dir, tuple(secrets))
+        log._start_writer()
+        try:
             await log.append(Record(event=Event.AUDIT_OPENED))
-            try:
-                yield log
-            finally:
-                with trio.move_on_after(10, shield=True):
-                    await log._drain()
-                    if log._failed is None:
-                        closing = log._prepare(Record(event=Event.AUDIT_CLOSED))
-                        try:
-                            await log._in_thread(lambda: store.commit_prepared([closing], publish=True))
-                        except AuditLogFailed as exc:
-                            log._fail(exc)
-                nursery.cancel_scope.cancel()
+            yield log
+        finally:
+            with trio.move_on_after(10, shield=True):
+                await log._drain()
+                if log._failed is None:
+                    closing = log._prepare(Record(event=Event.AUDIT_CLOSED))
+                    try:
+                        await log._in_thread(lambda: store.commit_prepared([closing], publish=True))
+                    except AuditLogFailed as exc:
+                        log._fail(exc)
+                    except AuditDiskFull:
+                        pass  # paused: audit.paused is the log's last word until a later run resumes it
+            await log._stop_writer()
     finally:
         store.close()
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
@@ -28,6 +28,7 @@ import msgspec
 
 from warden.canonical import MAX_SAFE_INTEGER, CanonicalizationError, canonical_json
 from warden.errors import AuditError
+from warden.secrets import REDACTED, Redactor, redactable
 
 __all__ = [
     "DEFAULT_SECRET_KEY_PATTERN",
@@ -38,8 +39,10 @@ __all__ = [
     "Decision",
     "Detail",
     "Event",
+    "Grant",
     "InvalidRecord",
     "Outcome",
+    "Package",
     "PreparedRecord",
     "Record",
     "Recovery",
@@ -51,7 +54,6 @@ __all__ = [
     "fit_record",
     "prepare_record",
     "redact_secrets",
-    "redact_text",
 ]
 
 RECORD_VERSION: Final = "warden-audit/1"
@@ -61,7 +63,6 @@ DEFAULT_SECRET_KEY_PATTERN: Final = re.compile(
     r"pass(word|phrase)?|secret|token|api[-_]?key|auth|cookie|credential|private[-_]?key|session[-_]?id|bearer",
     re.IGNORECASE,
 )
-REDACTED: Final = "[REDACTED]"
 _NAME_MAX: Final = 256
 _TARGET_MAX: Final = 2048
 _FREE_TEXT_FIELDS: Final = ("reason", "error", "violation")
@@ -82,6 +83,8 @@ class Event(enum.StrEnum):
     AUDIT_OPENED = "audit.opened"
     AUDIT_RECOVERED = "audit.recovered"
     AUDIT_CLOSED = "audit.closed"
+    AUDIT_PAUSED = "audit.paused"  # the disk is full: every audited action is refused until there is room again
+    AUDIT_RESUMED = "audit.resumed"
     SERVER_LAUNCHED = "server.launched"
     SERVER_EXITED = "server.exited"
     SERVER_REFUSED = "server.refused"
@@ -93,6 +96,12 @@ class Event(enum.StrEnum):
     CALL_DECIDED = "call.decided"
     CALL_OUTCOME = "call.outcome"
     SANDBOX_VIOLATION = "sandbox.violation"
+    PACKAGE_INTAKE = "package.intake"
+    PACKAGE_UPDATED = "package.updated"
+    EGRESS_DECIDED = "egress.decided"  # the egress proxy allowed or refused a connection (before connecting)
+    EGRESS_CLOSED = "egress.closed"  # an allowed connection ended: bytes each way
+    AUTH_AUTHORIZED = "auth.authorized"  # warden obtained an OAuth token for a remote server (a user authorized)
+    AUTH_REFRESHED = "auth.refreshed"  # ... or refreshed one
 
 
 class Decision(enum.StrEnum):
@@ -105,6 +114,7 @@ class Consent(enum.StrEnum):
 
     TERMINAL = "terminal"  # a human answered warden's own prompt
     ELICITATION = "elicitation"  # a human answered an in-band elicitation sent to the host
+    WEBHOOK = "webhook"  # a human answered through the signed approval webhook ([approvals])
     POLICY = "policy"  # a policy rule allowed it without asking
     TRUST_ON_FIRST_USE = "tofu"  # first sight of a definition, pinned automatically
 
@@ -170,6 +180,8 @@ class Arguments(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, f
         ``digest`` is the SHA-256 of the RFC 8785 form of the *unredacted* arguments, so a holder of the original
         request can prove which arguments were sent. Arguments that RFC 8785 cannot represent (integers beyond
         ±2^53, NaN) are hashed over msgspec's sorted encoding and kept at detail ``hash`` with ``noncanonical``.
+        ``secret_values`` are cut out with :class:`warden.secrets.Redactor`; one too short for it to redact
+        (:func:`warden.secrets.redactable`) keeps the arguments at detail ``hash``: they are never stored with it.
         """
         try:
             canon = canonical_json(value)
@@ -179,9 +191,10 @@ class Arguments(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, f
             except (TypeError, ValueError) as exc:
                 raise InvalidRecord(f"arguments are not JSON: {exc}") from exc
             return cls(detail=Detail.HASH, digest=digest(raw), noncanonical=True)
-        if detail is Detail.HASH:
-            return cls(detail=detail, digest=digest(canon))
-        kept = redact_secrets(value, secret_values, secret_keys, strings=detail is Detail.REDACTED)
+        if detail is Detail.HASH or not all(redactable(v) for v in secret_values if v):
+            return cls(detail=Detail.HASH, digest=digest(canon))
+        redactor = Redactor(secret_values) if secret_values else _NO_SECRETS
+        kept = redact_secrets(value, redactor, secret_keys, strings=detail is Detail.REDACTED)
         return cls(detail=detail, digest=digest(canon), value=msgspec.Raw(canonical_json(kept)))
 
 
@@ -192,6 +205,55 @@ class Recovery(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, fo
     size: Count
     truncated_bytes: Count = 0
     reason: Name
+
+
+class Package(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """A package taken into warden's store (``package.intake``) or moved to another version (``package.updated``):
+    what was fetched, the registry's hash of it, the digests the launch manifest pins, and who approved."""
+
+    ecosystem: Annotated[str, msgspec.Meta(max_length=16)]
+    name: Name
+    version: Name
+    requested: Name
+    integrity: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)]
+    lock_digest: Digest
+    tree_digest: Digest
+    install_scripts: tuple[Name, ...] = ()
+    previous_version: Name | None = None
+    approved_by: Name | None = None
+
+
+class Egress(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One connection through the egress proxy (``egress.decided`` / ``egress.closed``): the destination as the
+    server asked for it, the address the proxy resolved and checked, and the bytes carried each way."""
+
+    host: Name
+    port: Annotated[int, msgspec.Meta(ge=0, le=65535)]
+    address: Annotated[str, msgspec.Meta(max_length=64)] | None = None
+    sent: Count | None = None
+    received: Count | None = None
+
+
+class Redaction(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """One value a content rule cut out of a result or arguments: the rule's name and the SHA-256 of the value
+    (never the value: the digest proves what was there to whoever holds it, and tells nobody else)."""
+
+    rule: Name
+    digest: Digest
+
+
+MAX_REDACTIONS: Final = 64
+
+
+class Grant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
+    """An OAuth token warden obtained (``auth.authorized``) or refreshed (``auth.refreshed``) for a remote server:
+    what it is for and who issued it - never the token, only its digest."""
+
+    resource: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)]
+    issuer: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)]
+    client_id: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)]
+    scopes: tuple[Name, ...] = ()
+    token_digest: Digest
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True):
@@ -210,10 +272,19 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forb
     * ``decision``, ``consent``, ``reason`` (why refused or denied).
     * ``request_digest``: SHA-256 of the exact JSON-RPC request bytes; ``arguments``: see :class:`Arguments`.
     * ``decision_index``: on ``call.outcome``, the index of the ``call.decided`` record it completes.
+    * ``evidence_index``: on a ``call.decided`` that a flow rule decided, the index of the ``call.decided`` record
+      of the source call whose content tainted the session.
+    * ``redactions``: what content rules cut out of the result (``call.outcome``) or the arguments
+      (``call.decided``), by rule and digest.
     * ``outcome``, ``result_digest`` (exact result bytes) and ``result_size`` (bytes).
     * ``sandbox_digest``: the sandbox profile in force. ``exit_code`` / ``signal``: ``server.exited``.
     * ``violation``: what the sandbox stopped (``sandbox.violation``). ``error``: what went wrong.
     * ``client``: the host as it named itself (self-reported, untrusted).
+    * ``package``: ``package.intake`` / ``package.updated`` (see :class:`Package`); ``previous_digest`` there is the
+      tree digest of the entry being replaced.
+    * ``egress``: ``egress.decided`` / ``egress.closed`` (see :class:`Egress`); ``method`` there is the proxy
+      request's (``CONNECT``, ``GET``...), ``decision_index`` on ``egress.closed`` the decision it completes.
+    * ``grant``: ``auth.authorized`` / ``auth.refreshed`` (see :class:`Grant`).
     """
 
     event: Event
@@ -232,6 +303,8 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forb
     request_digest: Digest | None = None
     arguments: Arguments | None = None
     decision_index: Count | None = None
+    evidence_index: Count | None = None
+    redactions: Annotated[tuple[Redaction, ...], msgspec.Meta(max_length=MAX_REDACTIONS)] = ()
     outcome: Outcome | None = None
     result_digest: Digest | None = None
     result_size: Count | None = None
@@ -241,6 +314,9 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forb
     violation: str | None = None
     error: str | None = None
     recovered: Recovery | None = None
+    package: Package | None = None
+    egress: Egress | None = None
+    grant: Grant | None = None
     oversize: bool = False
     # Envelope, filled by the log.
     v: str = ""
@@ -344,7 +420,9 @@ def _check_rules(record: Record, *, deep: bool = True, check_time: bool = True) 
         r = record
         known = _KNOWN_DIGESTS
         for d in (r.server_id, r.target_digest, r.previous_digest, r.policy_digest, r.request_digest,
-                  r.result_digest, r.sandbox_digest, r.arguments.digest if r.arguments is not None else None):
+                  r.result_digest, r.sandbox_digest, r.arguments.digest if r.arguments is not None else None,
+                  *((r.package.lock_digest, r.package.tree_digest) if r.package is not None else ()),
+                  *(x.digest for x in r.redactions), r.grant.token_digest if r.grant is not None else None):
             if d is not None and d not in known and not _DIGEST_RE.fullmatch(d):
                 raise InvalidRecord(f"digest {d[:80]!r} must look like sha256:<64 lowercase hex>")
         method = r.method
@@ -409,32 +487,22 @@ def fit_record(record: Record, limit: int = MAX_RECORD_BYTES) -> Record:
     return record
 
 
-def redact_text(text: str, secret_values: Iterable[str]) -> str:
-    """Replace every occurrence of each secret value in ``text`` by ``[REDACTED]``."""
-    for secret in secret_values:
-        if secret and secret in text:
-            text = text.replace(secret, REDACTED)
-    return text
+_NO_SECRETS: Final = Redactor()
 
 
-def redact_secrets(value: Any, secret_values: Collection[str] = (),
+def redact_secrets(value: Any, redactor: Redactor = _NO_SECRETS,
                    secret_keys: re.Pattern[str] = DEFAULT_SECRET_KEY_PATTERN, *, strings: bool = False) -> Any:
     """A copy of a JSON value with secrets redacted.
 
-    Values under keys matching ``secret_keys`` become ``[REDACTED]``; known ``secret_values`` are cut out of every
-    string (keys included); with ``strings=True`` every string value is replaced (detail level ``redacted``).
+    Values under keys matching ``secret_keys`` become ``[REDACTED]``; ``redactor`` cuts its values out of every
+    string (keys included, see :meth:`warden.secrets.Redactor.json_value`); with ``strings=True`` every string value
+    is replaced (detail level ``redacted``).
     """
     if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for k, v in value.items():
-            key = redact_text(k, secret_values) if secret_values else k
-            if secret_keys.search(k):
-                out[key] = REDACTED
-            else:
-                out[key] = redact_secrets(v, secret_values, secret_keys, strings=strings)
-        return out
+        return {redactor.text(k): REDACTED if secret_keys.search(k)
+                else redact_secrets(v, redactor, secret_keys, strings=strings) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [redact_secrets(v, secret_values, secret_keys, strings=strings) for v in value]
-    if isinstance(value, str):
-        return REDACTED if strings else redact_text(value, secret_values)
-    return value
+        return [redact_secrets(v, redactor, secret_keys, strings=strings) for v in value]
+    if strings and isinstance(value, str):
+        return REDACTED
+    return redactor.json_value(value)

@@ -42,7 +42,7 @@ from typing import Final
 import msgspec
 
 from warden.audit._checkpoint import Checkpoint, SignedCheckpoint, open_checkpoint, sign_checkpoint
-from warden.audit._errors import AuditLogFailed, AuditUnavailable
+from warden.audit._errors import AuditDiskFull, AuditLogFailed, AuditUnavailable
 from warden.audit._files import KEY_FILE, load_signer, open_private, read_all, read_private_text
 from warden.audit._format import (
     FRAME_CRC,
@@ -81,6 +81,7 @@ from warden.audit._records import (
     decode_record,
     prepare_record,
 )
+from warden.audit._reserve import RESUME_FREE, DiskReserve, out_of_space
 from warden.durable import pwrite_all, replace_file, write_new_file
 from warden.errors import VerificationError
 from warden.paths import ensure_private_dir
@@ -154,6 +155,8 @@ class Store:
         self.latest: SignedCheckpoint | None = None
         self._notices: list[Record] = []
         self.recovery: Recovery | None = None
+        self._reserve: DiskReserve | None = None
+        self._paused: AuditDiskFull | None = None
 
     # ------------------------------------------------------------------------------------------------ open/close
 
@@ -190,6 +193,7 @@ class Store:
             try:
                 for name in (ENTRIES, HASHES, HEAD, NOTES):
                     self._fds[name] = open_private(self.dir / name, os.O_RDWR | os.O_CREAT)
+                self._reserve = DiskReserve(self._fds[ENTRIES], self._fds[HASHES], self._fds[NOTES])
                 os.fsync(self._dir_fd)
                 meta = self._init_meta(origin)
                 self.origin = meta.origin
@@ -212,6 +216,11 @@ class Store:
     @property
     def failed(self) -> AuditLogFailed | None:
         return self._failed
+
+    @property
+    def paused(self) -> AuditDiskFull | None:
+        """Set while the disk is full (see ``warden.audit._reserve``): every batch is refused with it."""
+        return self._paused
 
     @property
     def signer(self) -> Ed25519Signer:
@@ -361,7 +370,13 @@ class Store:
                                     hint="checkpoint history was removed; run `warden audit verify`")
         os.fdatasync(self._fds[ENTRIES])
         os.fdatasync(self._fds[HASHES])
-        replace_file(self._dir_fd, STATE, encode_state(State(self.size, self.entries_end, self.frontier.root())))
+        try:
+            replace_file(self._dir_fd, STATE, encode_state(State(self.size, self.entries_end, self.frontier.root())))
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            # A full disk: the older anchor stays, and is valid (recovery rolls forward from it); the first batch
+            # will pause the log if there is no room for it (see warden.audit._reserve).
         self._write_head()
         why = []
         if recovery.truncated_bytes:
@@ -521,26 +536,65 @@ class Store:
 
         Raises:
             AuditLogFailed: now or earlier; the log is failed for good.
+            AuditDiskFull: the disk is full: nothing of the batch was written and the log is paused (see
+                ``warden.audit._reserve``).
         """
         if self._failed is not None:
             raise self._failed
         try:
             with self._locked():
                 self._sync()
+                if self._paused is not None:
+                    self._try_resume()
                 batch = [*(self.prepare(n) for n in self._notices), *records]
-                self._notices.clear()
                 first = self.size + len(batch) - len(records)
                 self._append(batch)
+                self._notices.clear()
                 self._maybe_publish(force=publish)
                 return first
         except VerificationError as exc:
             self._failed = AuditLogFailed(f"the audit log is damaged: {exc.message}; warden allows no further "
                                           f"actions", hint=exc.hint)
             raise self._failed from exc
+        except AuditDiskFull:
+            raise
         except Exception as exc:
             raise self._fail(exc) from exc
 
-    def _append(self, batch: Sequence[PreparedRecord]) -> None:
+    def _pause(self) -> AuditDiskFull:
+        """The disk is full: write ``audit.paused`` into the reserve and refuse batches until there is room."""
+        free = os.fstatvfs(self._dir_fd)
+        self._paused = AuditDiskFull(
+            f"the disk holding warden's audit log ({self.dir}) is full ({free.f_bavail * free.f_frsize // 1024} "
+            "KiB free): warden refuses every audited action until space is freed",
+            hint="free space on that file system; warden resumes by itself, and the audit log records the pause "
+                 "and the resumption")
+        notice = Record(event=Event.AUDIT_PAUSED, reason=self._paused.message)
+        self._append([self.prepare(notice)], reserved=True)
+        return self._paused
+
+    def _try_resume(self) -> None:
+        """While paused: resume once the disk has a whole reserve free again and the reserve is topped up (then
+        ``audit.resumed`` goes first). Waiting for free space, not just for a batch small enough to fit, keeps
+        the log from flapping between paused and resumed on a disk that stays full."""
+        assert self._reserve is not None
+        assert self._paused is not None
+        free = os.fstatvfs(self._dir_fd)
+        if free.f_bavail * free.f_frsize < RESUME_FREE or \
+                not self._reserve.make_room(self.entries_end, 0, stored_hash_count(self.size) * HASH_SIZE, 0):
+            raise self._paused
+        self._paused = None
+        self._notices.insert(0, Record(event=Event.AUDIT_RESUMED, reason="the disk has room again for the audit "
+                                                                        "log's reserve: audited actions resume"))
+
+    def _append(self, batch: Sequence[PreparedRecord], *, reserved: bool = False) -> None:
+        """Write and sync ``batch``. ``reserved``: write into the reserve itself (the paused notice), without
+        topping it up.
+
+        Raises:
+            AuditDiskFull: the disk cannot keep the reserve after this batch: nothing of it was written, and the log
+                paused (:meth:`_pause`).
+        """
         if not batch:
             return
         frames = bytearray()
@@ -550,17 +604,24 @@ class Store:
         header, crc_of = FRAME_HEADER.pack, zlib.crc32
         crc_pack = FRAME_CRC.pack
         sha256 = hashlib.sha256
+        datas = []
         for prepared in batch:
             data = prepared.at(index)
             head = header(0xFF, FRAME_RECORD, len(data))
             frames += head
             frames += data
             frames += crc_pack(crc_of(data, crc_of(head[1:])))
+            datas.append(data)
+            index += 1
+        hashes_at = stored_hash_count(self.size) * HASH_SIZE
+        if not reserved and self._reserve is not None and not self._reserve.make_room(
+                self.entries_end, len(frames), hashes_at, stored_hash_count(index) * HASH_SIZE - hashes_at):
+            raise self._pause()  # before the frontier below moves: nothing of this batch exists
+        for data in datas:
             for h in frontier.append(sha256(b"\x00" + data).digest()):
                 hashes += h
-            index += 1
         pwrite_all(self._fds[ENTRIES], frames, self.entries_end)
-        pwrite_all(self._fds[HASHES], hashes, stored_hash_count(self.size) * HASH_SIZE)
+        pwrite_all(self._fds[HASHES], hashes, hashes_at)
         os.fdatasync(self._fds[ENTRIES])
         self.size = index
         self.entries_end += len(frames)
@@ -571,23 +632,30 @@ class Store:
 
         Raises:
             AuditLogFailed: now or earlier.
+            AuditDiskFull: paused, or no room for the checkpoint.
         """
         if self._failed is not None:
             raise self._failed
+        if self._paused is not None:
+            raise self._paused
         try:
             with self._locked():
                 self._sync()
                 batch = [self.prepare(n) for n in self._notices]
-                self._notices.clear()
                 self._append(batch)
+                self._notices.clear()
                 self._maybe_publish(force=True)
-                assert self.latest is not None
-                return self.latest
         except VerificationError as exc:
             self._failed = AuditLogFailed(f"the audit log is damaged: {exc.message}", hint=exc.hint)
             raise self._failed from exc
+        except AuditDiskFull:
+            raise
         except Exception as exc:
             raise self._fail(exc) from exc
+        if self.latest is None or self.latest.size != self.size:
+            raise AuditDiskFull(f"no room on the disk holding warden's audit log ({self.dir}) to publish a "
+                                "checkpoint", hint="free space on that file system")
+        return self.latest
 
     def _maybe_publish(self, *, force: bool) -> None:
         if self.notes_end and self.size == self.published_size:
@@ -608,13 +676,21 @@ class Store:
                 proof = consistency_proof(self.published_size, self.size, self._read_hashes)
                 verify_consistency(self.published_size, self.size, proof, self.published_root, root)
         signed = sign_checkpoint(Checkpoint(self.origin, self.size, root), self.signer)
-        os.fdatasync(self._fds[HASHES])
         frame = encode_frame(FRAME_NOTE, signed.note)
+        if self._reserve is not None and not self._reserve.room_for_checkpoint(self.notes_end, len(frame)):
+            return  # a full disk: published later (see warden.audit._reserve); the records are durable already
+        os.fdatasync(self._fds[HASHES])
         pwrite_all(self._fds[NOTES], frame, self.notes_end)
         os.fdatasync(self._fds[NOTES])
         self.notes_end += len(frame)
-        replace_file(self._dir_fd, STATE, encode_state(State(self.size, self.entries_end, root)))
-        replace_file(self._dir_fd, CHECKPOINT, signed.note)
+        try:
+            replace_file(self._dir_fd, STATE, encode_state(State(self.size, self.entries_end, root)))
+            replace_file(self._dir_fd, CHECKPOINT, signed.note)
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            # The checkpoint is durable in checkpoints.log; these two copies lag until there is room (recovery
+            # rebuilds the checkpoint file from checkpoints.log, and an older state is a valid anchor).
         self.latest = signed
         self.published_size, self.published_root, self.published_at_ms = self.size, root, now_ms
         self._write_head()

@@ -45,7 +45,7 @@ from warden.audit._records import RECORD_VERSION, Detail, InvalidRecord, Record,
 from warden.canonical import CanonicalizationError, canonical_json
 from warden.errors import VerificationError
 
-__all__ = ["CheckpointSource", "VerifiedLog", "verify_log"]
+__all__ = ["CheckpointSource", "VerifiedLog", "VerifyTrail", "verify_log"]
 
 _CRC: Final = struct.Struct(">I")
 _FAST_DECODER: Final = msgspec.json.Decoder(Record)
@@ -74,6 +74,20 @@ class VerifiedLog:
     last_time: str
 
 
+@dataclass(slots=True)
+class VerifyTrail:
+    """How far a verification got, filled in as it runs: what can still be trusted when it fails.
+
+    ``trusted`` is the largest checkpoint that matched the records before verification stopped (every record below
+    its size is exactly what the log key signed); ``records`` how many records were read and checked (frame,
+    schema, index) and ``offset`` where reading stopped in entries.log.
+    """
+
+    records: int = 0
+    offset: int = 0
+    trusted: SignedCheckpoint | None = None
+
+
 def _evidence(bad: SignedCheckpoint, good: SignedCheckpoint | None, proof: Sequence[bytes] | None) -> str:
     parts = ["SECURITY ERROR", "", "checkpoint that does not match the log's records:", "",
              bad.note.decode("utf-8", "replace")]
@@ -90,12 +104,16 @@ def _evidence(bad: SignedCheckpoint, good: SignedCheckpoint | None, proof: Seque
 def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpoints: Sequence[CheckpointSource],
                hashes: bytes | memoryview | mmap.mmap | None = None, witnesses: Sequence[CosignatureVerifier] = (),
                quorum: int = 0, deep: bool = False, require_checkpoint: bool = True,
-               progress: Callable[[int], None] | None = None) -> VerifiedLog:
+               progress: Callable[[int], None] | None = None, trail: VerifyTrail | None = None) -> VerifiedLog:
     """Verify the committed bytes of ``entries.log`` against ``checkpoints`` (see module docstring).
 
     ``witnesses``/``quorum`` apply to external checkpoints. ``require_checkpoint`` makes a log with records but no
     checkpoint fail (nothing would bind its records to the key). ``progress`` is called with the number of records
-    checked so far, every 65,536 records.
+    checked so far, every 65,536 records. ``trail``, if given, records how far verification got (see
+    :class:`VerifyTrail`), also when it raises; it is up to date whenever ``progress`` is called.
+
+    Memory: the recomputed stored hashes are compared with ``hashes`` (when given) every 65,536 records and then
+    dropped, so verifying keeps O(1) hashes beyond what ``hashes`` does not cover.
 
     Raises:
         VerificationError: the first problem found (``ForkEvidence`` when a signed checkpoint contradicts the
@@ -127,8 +145,11 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     # (2)-(4) records and tree
     view = memoryview(entries)
     total = len(view)
-    stored = bytearray()
+    stored = bytearray()  # recomputed stored hashes from position ``base`` on (earlier ones matched hashes.bin)
+    base = 0
     hashes_view = memoryview(hashes) if hashes is not None else None
+    if trail is None:
+        trail = VerifyTrail()
     header = FRAME_HEADER
     sha256 = hashlib.sha256
     crc32 = zlib.crc32
@@ -145,7 +166,7 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
             if cp.root != root:
                 proof = None
                 if last_match is not None and last_match.size > 0:
-                    proof = consistency_proof(last_match.size, n, _reader(stored))
+                    proof = consistency_proof(last_match.size, n, _reader(stored, base, hashes_view))
                 raise ForkEvidence(
                     f"{source.label} (size {n}) does not match the log's records: a record before index {n} "
                     f"was modified, removed, inserted or reordered"
@@ -153,6 +174,7 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
                     evidence=_evidence(cp, last_match, proof),
                     hint="keep this state directory and the checkpoint as evidence")
             last_match = cp
+            trail.trusted = cp
             next_cp += 1
 
     check_checkpoints_at(0, EMPTY_ROOT)
@@ -163,49 +185,58 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     decode = _FAST_DECODER.decode
     leaf_prefix = sha256(b"\x00")
     data: memoryview | bytes = b""
-    while offset < total:
-        if total - offset < FRAME_OVERHEAD:
-            raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
-        magic, kind, length = header.unpack_from(view, offset)
-        if magic != 0xFF or kind != FRAME_RECORD:
-            raise VerificationError(f"{_where(index, offset)} does not start a record frame: bytes were inserted, "
-                                    f"removed or overwritten")
-        if length > MAX_FRAME_PAYLOAD:
-            raise VerificationError(f"{_where(index, offset)} claims {length} bytes, more than a record may hold")
-        end = offset + FRAME_OVERHEAD + length
-        if end > total:
-            raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated or torn")
-        if _CRC.unpack_from(view, end - 4)[0] != crc32(view[offset + 1 : end - 4]):
-            raise VerificationError(f"{_where(index, offset)} fails its CRC: its bytes were changed")
-        data = view[offset + 6 : end - 4]
-        try:
-            record = decode(data)
-        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise VerificationError(f"{_where(index, offset)} is not a valid audit record: {exc}") from exc
-        args = record.arguments
-        if record.index != index or record.v != RECORD_VERSION or deep or (
-                args is not None and (args.detail is Detail.HASH) == args.has_value):
-            _check_record(bytes(data), index, offset, deep)  # the slow path finds and names the problem
-        if index == 0:
-            first_time = _time_of(bytes(data))
-        h = leaf_prefix.copy()
-        h.update(data)
-        node = h.digest()
-        stored += node
-        level = 0
-        while levels and levels[-1] == level:
-            levels.pop()
-            node = sha256(b"\x01" + nodes.pop() + node).digest()
+    try:
+        while offset < total:
+            if total - offset < FRAME_OVERHEAD:
+                raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated "
+                                        f"or torn")
+            magic, kind, length = header.unpack_from(view, offset)
+            if magic != 0xFF or kind != FRAME_RECORD:
+                raise VerificationError(f"{_where(index, offset)} does not start a record frame: bytes were "
+                                        f"inserted, removed or overwritten")
+            if length > MAX_FRAME_PAYLOAD:
+                raise VerificationError(f"{_where(index, offset)} claims {length} bytes, more than a record may "
+                                        f"hold")
+            end = offset + FRAME_OVERHEAD + length
+            if end > total:
+                raise VerificationError(f"entries.log ends inside {_where(index, offset)}: the file was truncated "
+                                        f"or torn")
+            if _CRC.unpack_from(view, end - 4)[0] != crc32(view[offset + 1 : end - 4]):
+                raise VerificationError(f"{_where(index, offset)} fails its CRC: its bytes were changed")
+            data = view[offset + 6 : end - 4]
+            try:
+                record = decode(data)
+            except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+                raise VerificationError(f"{_where(index, offset)} is not a valid audit record: {exc}") from exc
+            args = record.arguments
+            if record.index != index or record.v != RECORD_VERSION or deep or (
+                    args is not None and (args.detail is Detail.HASH) == args.has_value):
+                _check_record(bytes(data), index, offset, deep)  # the slow path finds and names the problem
+            if index == 0:
+                first_time = _time_of(bytes(data))
+            h = leaf_prefix.copy()
+            h.update(data)
+            node = h.digest()
             stored += node
-            level += 1
-        levels.append(level)
-        nodes.append(node)
-        index += 1
-        offset = end
-        if next_cp < len(sizes) and sizes[next_cp] == index:
-            check_checkpoints_at(index, fold_frontier(nodes))
-        if progress is not None and not index & (_PROGRESS_EVERY - 1):
-            progress(index)
+            level = 0
+            while levels and levels[-1] == level:
+                levels.pop()
+                node = sha256(b"\x01" + nodes.pop() + node).digest()
+                stored += node
+                level += 1
+            levels.append(level)
+            nodes.append(node)
+            index += 1
+            offset = end
+            if next_cp < len(sizes) and sizes[next_cp] == index:
+                check_checkpoints_at(index, fold_frontier(nodes))
+            if not index & (_PROGRESS_EVERY - 1):
+                base = _compare_hashes(hashes_view, stored, base)
+                trail.records, trail.offset = index, offset
+                if progress is not None:
+                    progress(index)
+    finally:
+        trail.records, trail.offset = index, offset
     if index:
         last_time = _time_of(bytes(data))
     if next_cp < len(sizes):
@@ -217,16 +248,7 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
     if require_checkpoint and index and not sizes:
         raise VerificationError("the log has records but no signed checkpoint: nothing binds them to the log key",
                                 hint="a log with its checkpoints removed; verify with a checkpoint kept elsewhere")
-    if hashes_view is not None:
-        # hashes.bin may run ahead of the committed records (a batch being written) or, after a crash, behind
-        # them until the next start rebuilds it: compare what both have.
-        n = min(len(hashes_view), len(stored))
-        recomputed = memoryview(stored)
-        if hashes_view[:n] != recomputed[:n]:
-            bad = next(i for i in range(0, n, HASH_SIZE)
-                       if hashes_view[i : i + HASH_SIZE] != recomputed[i : i + HASH_SIZE])
-            raise VerificationError(f"hashes.bin differs from the records at stored hash {bad // HASH_SIZE}: the "
-                                    f"hash cache was changed", hint="inclusion proofs from this cache would be wrong")
+    _compare_hashes(hashes_view, stored, base)
     if progress is not None:
         progress(index)
     latest = by_size[sizes[-1]][1] if sizes else None
@@ -235,9 +257,40 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
 
 
 
-def _reader(stored: bytearray) -> Callable[[Sequence[int]], list[bytes]]:
+def _compare_hashes(hashes_view: memoryview | None, stored: bytearray, base: int) -> int:
+    """Compare the recomputed stored hashes (from position ``base``) with hashes.bin as far as both go; drop the
+    ones that matched and return the new ``base``.
+
+    hashes.bin may run ahead of the committed records (a batch being written) or, after a crash, behind them until
+    the next start rebuilds it: only what both have is compared, and what hashes.bin lacks is kept.
+    """
+    if hashes_view is None:
+        return base
+    have = max(0, min(len(hashes_view) - base * HASH_SIZE, len(stored)))
+    have -= have % HASH_SIZE
+    if not have:
+        return base
+    start = base * HASH_SIZE
+    if hashes_view[start : start + have] != memoryview(stored)[:have]:
+        bad = next(i for i in range(0, have, HASH_SIZE)
+                   if hashes_view[start + i : start + i + HASH_SIZE] != stored[i : i + HASH_SIZE])
+        raise VerificationError(f"hashes.bin differs from the records at stored hash {base + bad // HASH_SIZE}: "
+                                f"the hash cache was changed", hint="inclusion proofs from this cache would be wrong")
+    del stored[:have]
+    return base + have // HASH_SIZE
+
+
+def _reader(stored: bytearray, base: int, hashes_view: memoryview | None) -> Callable[[Sequence[int]], list[bytes]]:
+    """Stored hashes by position: below ``base`` from hashes.bin (already compared equal), then recomputed ones."""
     def read(positions: Sequence[int]) -> list[bytes]:
-        return [bytes(stored[p * HASH_SIZE : (p + 1) * HASH_SIZE]) for p in positions]
+        out = []
+        for p in positions:
+            if p < base:
+                assert hashes_view is not None
+                out.append(bytes(hashes_view[p * HASH_SIZE : (p + 1) * HASH_SIZE]))
+            else:
+                out.append(bytes(stored[(p - base) * HASH_SIZE : (p - base + 1) * HASH_SIZE]))
+        return out
 
     return read
 

@@ -12,22 +12,35 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from warden import __version__
+from warden import __version__, logs
 from warden.cli import audit as audit
 from warden.cli import doctor as doctor
+from warden.cli import flow as flow
+from warden.cli import import_ as import_
+from warden.cli import intake as intake
 from warden.cli import pins as pins
 from warden.cli import policy as policy
 from warden.cli import run as run
-from warden.cli._common import CommandContext
+from warden.cli import scan as scan
+from warden.cli import secrets as secrets
+from warden.cli._common import CommandContext, print_error
 from warden.errors import WardenError
+from warden.secrets import load_redactor
+
+__all__ = ["build_parser", "main"]
 
 # Each verb group module exposes register(subparsers) and sets ``func`` on its parsers.
 _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     run.register,
     policy.register,
     pins.register,
+    flow.register,
     audit.register,
     doctor.register,
+    intake.register,
+    import_.register,
+    secrets.register,
+    scan.register,
 )
 
 
@@ -53,14 +66,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING if args.verbose == 0 else logging.INFO if args.verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, stream=sys.stderr, format="warden: %(levelname)s: %(message)s")
     ctx = CommandContext.from_args(args, os.environ)
+    logs.configure_command(level, lambda: load_redactor(ctx.state_dir))  # `warden run` sets up its own
     try:
         code: int = args.func(ctx, args)
-    except WardenError as exc:
-        print(f"warden: error: {exc.message}", file=sys.stderr)
+    except WardenError as exc:  # messages may quote a server (a name, an error): shown as the log shows them
+        print_error(f"error: {exc.message}")
         if exc.hint:
-            print(f"warden: hint: {exc.hint}", file=sys.stderr)
+            print_error(f"hint: {exc.hint}")
         return exc.exit_code
     except KeyboardInterrupt:
         return 130

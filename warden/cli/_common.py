@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -10,10 +11,17 @@ from typing import Any, TypeVar, final
 
 import trio
 
+from warden import logs
 from warden.errors import WardenError
 from warden.paths import ensure_private_dir, resolve_config_path, resolve_state_dir
 
 T = TypeVar("T")
+
+
+def print_error(text: str) -> None:
+    """The one way a command writes an error line to stderr: ``warden: <text>``, redacted and escaped for the
+    terminal (:func:`warden.logs.shown`), since errors quote servers, witnesses and host configs."""
+    print(f"warden: {logs.shown(text)}", file=sys.stderr)
 
 
 @final

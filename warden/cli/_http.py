@@ -11,11 +11,13 @@ import logging
 import sys
 from pathlib import Path
 
+from warden.auth import ResourceServer, ResourceServerSettings
 from warden.cli._common import CommandContext
 from warden.errors import ConfigError
 from warden.gateway.http import HttpOptions
-from warden.gateway.http_access import is_loopback, parse_bind
+from warden.gateway.http_access import parse_bind
 from warden.gateway.http_token import load_or_create_token, read_token_file
+from warden.loopback import is_loopback
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="also accept browser requests from ORIGIN (scheme://host[:port]); repeatable")
     group.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                        help="also accept NAME in the Host header (e.g. behind a reverse proxy); repeatable")
+    group.add_argument("--accept-oauth-issuer", metavar="URL",
+                       help="also accept JWT access tokens this authorization server issued for warden (RFC 9068; "
+                            "keys from its metadata's jwks_uri)")
+    group.add_argument("--accept-oauth-jwks", metavar="URL", help="the issuer's JWK set, if not in its metadata")
+    group.add_argument("--resource-url", metavar="URL",
+                       help="warden's MCP URL as hosts reach it: the audience tokens must name (default: "
+                            "http://HOST:PORT/mcp)")
+    group.add_argument("--require-scope", action="append", default=[], metavar="SCOPE",
+                       help="a scope every token must carry (else 403 insufficient_scope); repeatable")
     group.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
                        help="send a keep-alive comment on a quiet event stream this often (default 15)")
 
@@ -61,10 +72,27 @@ def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size
     options = HttpOptions(host=host, port=port, token=token, insecure_no_auth=args.no_auth,
                           allow_hosts=tuple(args.allow_host), allow_origins=tuple(args.allow_origin),
                           max_body_size=max_body_size, question_timeout=question_timeout,
-                          keepalive_interval=args.keepalive)
+                          keepalive_interval=args.keepalive, resource_server=_resource_server(args, host, port))
     if not is_loopback(host):
         log.warning("serving HTTP on %s: reachable from other machines; every request needs the bearer token", host)
     return options, token_file
+
+
+def _resource_server(args: argparse.Namespace, host: str, port: int) -> ResourceServer | None:
+    """The OAuth resource server the ``--accept-oauth-*`` flags ask for (None without them)."""
+    if args.accept_oauth_issuer is None:
+        if args.accept_oauth_jwks or args.resource_url or args.require_scope:
+            raise ConfigError("--accept-oauth-jwks, --resource-url and --require-scope go with --accept-oauth-issuer")
+        return None
+    resource = args.resource_url
+    if resource is None:
+        if port == 0:
+            raise ConfigError("tokens must name warden's URL as their audience, which port 0 does not fix",
+                              hint="give --resource-url, or a fixed port in --http")
+        literal = f"[{host}]" if ":" in host else host
+        resource = f"http://{literal}:{port}/mcp"
+    return ResourceServer(ResourceServerSettings(resource=resource, issuer=args.accept_oauth_issuer,
+                                                 jwks_uri=args.accept_oauth_jwks, scopes=tuple(args.require_scope)))
 
 
 def announce(url: str, token_file: Path | None) -> None:

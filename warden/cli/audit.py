@@ -7,7 +7,8 @@
 * ``prove INDEX``: a ``c2sp.org/tlog-proof@v1`` file for one record (the record itself rides in its ``extra``
   line), checkable by anyone with the verifier key: ``warden audit check-proof FILE --vkey KEY``.
 * ``checkpoint``: the latest signed checkpoint, to hand to a witness or keep elsewhere (``--refresh`` publishes
-  one covering everything committed now). ``key``: the verifier key. ``export --jsonl``: every record.
+  one covering everything committed now). ``key``: the verifier key.
+* ``report``, ``export`` and ``witness`` live in :mod:`warden.cli.audit_forensics`.
 
 Reading commands take no lock and see the committed prefix even while warden processes are appending.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -24,16 +24,30 @@ from pathlib import Path
 
 import msgspec
 
-from warden.audit._checkpoint import open_checkpoint, verify_tlog_proof
-from warden.audit._errors import ForkEvidence
-from warden.audit._files import KEY_FILE
-from warden.audit._note import CosignatureVerifier, Ed25519Verifier, NoteError, parse_vkey
-from warden.audit._reader import LogReader, RawRecord
-from warden.audit._records import Record, decode_record
-from warden.audit._store import Store, format_time
-from warden.audit._verify import CheckpointSource, verify_log
+from warden.audit import (
+    KEY_FILE,
+    CheckpointSource,
+    CosignatureVerifier,
+    Ed25519Verifier,
+    ForkEvidence,
+    LogReader,
+    NoteError,
+    RawRecord,
+    Record,
+    Store,
+    decode_record,
+    format_time,
+    open_checkpoint,
+    parse_vkey,
+    verify_log,
+    verify_tlog_proof,
+    witness_verdict,
+    witnessed_sources,
+)
 from warden.cli._common import CommandContext
 from warden.errors import AuditError, ConfigError, VerificationError
+from warden.escape import char_class, for_terminal
+from warden.secrets import Redactor, load_redactor
 
 __all__ = ["register"]
 
@@ -101,14 +115,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = verbs.add_parser("key", help="print the log's verifier key (creating the log on first use)")
     p.set_defaults(func=_key)
 
-    p = verbs.add_parser("export", help="write every committed record as JSON lines, or the log as tlog-tiles",
-                         description="Write every committed record as JSON lines (--jsonl), or the log up to its "
-                                     "latest checkpoint as a C2SP tlog-tiles tree (--tiles DIR) for static serving.")
-    how = p.add_mutually_exclusive_group(required=True)
-    how.add_argument("--jsonl", action="store_true", help="JSON lines: the stored bytes, one per line")
-    how.add_argument("--tiles", metavar="DIR", help="write checkpoint, tile/<L>/<N> and tile/entries/<N> under DIR")
-    p.add_argument("-o", "--output", metavar="FILE", help="with --jsonl: write here instead of stdout")
-    p.set_defaults(func=_export)
+    from warden.cli import audit_forensics  # it uses this module's helpers: imported once both exist
+
+    audit_forensics.register(verbs)  # report, export, witness
 
 
 # -- helpers ---------------------------------------------------------------------------------------------------
@@ -186,6 +195,7 @@ def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
             raise VerificationError(f"the key is for log {key.name!r} but this log is {reader.origin!r}",
                                     hint="pass the verifier key of this log")
         sources = reader.checkpoint_notes()
+        sources += witnessed_sources(ctx.state_dir)
         for path in args.checkpoint:
             sources.append(CheckpointSource(f"--checkpoint {path}", _read_file(path, "checkpoint"), external=True))
         witnesses = _witness_keys(args.witness)
@@ -205,9 +215,10 @@ def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
         finally:
             done()
         uncommitted = reader.uncommitted
+    witnessed = witness_verdict(ctx.state_dir, key, witnesses, quorum, result, [s.note for s in sources])
     root = result.root.hex()
     lines = [f"audit log OK: {result.size} records, {result.checkpoints} signed checkpoints match them",
-             f"  origin:  {result.origin}", f"  root:    {root}"]
+             f"  origin:  {result.origin}", f"  root:    {root}", *witnessed]
     if result.latest is not None:
         lines.append(f"  latest checkpoint: size {result.latest.size}")
         if result.latest.size < result.size:
@@ -279,13 +290,40 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
+def _json_for_terminal(data: bytes) -> bytes:
+    """JSON text with each flagged character (controls, bidi, invisible) as a ``\\uXXXX`` escape. Only strings can
+    hold such characters (JSON's structure is ASCII), so the result is valid JSON with the same values."""
+    text = data.decode("utf-8", "surrogatepass")
+    if text.isascii() and "\x7f" not in text:
+        return data
+    out = []
+    for ch in text:
+        if char_class(ch) is None:
+            out.append(ch)
+        else:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{int.from_bytes(units[i:i + 2]):04x}" for i in range(0, len(units), 2))
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Redactor) -> None:
+    """The one display point of ``audit show`` and ``audit tail``: every string a record holds came from outside
+    (a server's tool name, a host's name, an error text), so each goes through the secrets registry — a record
+    written before a value was registered may still hold it — and then :func:`for_terminal`, as one rich ``Text``
+    (never markup: ``[link=…]`` in a tool name stays text). ``--json`` prints the stored records redacted, with
+    every character :func:`char_class` flags written as a ``\\uXXXX`` escape: the same JSON values, and nothing a
+    terminal would obey (JSON itself leaves DEL, C1 controls and U+202E raw)."""
     if as_json:
-        sys.stdout.buffer.write(b"".join(raw.data + b"\n" for raw, _ in rows))
+        sys.stdout.buffer.write(b"".join(_json_for_terminal(redactor.wire(raw.data)) + b"\n" for raw, _ in rows))
         sys.stdout.flush()
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    def cell(text: str, width: int | None = None) -> Text:
+        shown = for_terminal(redactor.text(text))
+        return Text(shown if width is None else _short(shown, width))
 
     table = Table(box=None, pad_edge=False, header_style="bold")
     for col in ("#", "time (untrusted)", "event", "server", "host", "method", "target", "decision", "by"):
@@ -297,9 +335,10 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool) -> None:
             detail = f"{r.outcome.value}" + (f" (for #{r.decision_index})" if r.decision_index is not None else "")
         elif r.recovered is not None:
             detail = r.recovered.reason
-        table.add_row(str(raw.index), r.untrusted_time[:23].replace("T", " "), r.event.value, r.server_name or "",
-                      _short(r.client or "", 24), r.method or "", r.target or "",
-                      r.decision.value if r.decision else "", r.consent.value if r.consent else "", detail)
+        table.add_row(str(raw.index), cell(r.untrusted_time[:23].replace("T", " ")), r.event.value,
+                      cell(r.server_name or ""), cell(r.client or "", 24), cell(r.method or ""),
+                      cell(r.target or ""), r.decision.value if r.decision else "",
+                      r.consent.value if r.consent else "", cell(detail))
     width = None if sys.stdout.isatty() else 200  # piped output: do not squeeze into 80 columns
     Console(soft_wrap=False, width=width).print(table)
 
@@ -313,7 +352,7 @@ def _show(ctx: CommandContext, args: argparse.Namespace) -> int:
                 rows.append((raw, rec))
                 if args.limit is not None and len(rows) >= args.limit:
                     break
-    _print(rows, args.json)
+    _print(rows, args.json, load_redactor(ctx.state_dir))
     return 0
 
 
@@ -322,14 +361,15 @@ def _tail(ctx: CommandContext, args: argparse.Namespace) -> int:
     with LogReader(ctx.state_dir) as reader:
         rows = [(raw, rec) for raw, rec in _decoded(reader.records()) if match(rec)]
         seen = reader.count()
-    _print(rows[-args.n:] if args.n > 0 else [], args.json)
+    redactor = load_redactor(ctx.state_dir)
+    _print(rows[-args.n:] if args.n > 0 else [], args.json, redactor)
     while args.follow:
         time.sleep(0.5)
         with LogReader(ctx.state_dir) as reader:
             fresh = [(raw, rec) for raw, rec in _decoded(reader.records(seen)) if match(rec)]
             seen = max(seen, reader.count())
         if fresh:
-            _print(fresh, args.json)
+            _print(fresh, args.json, redactor)
     return 0
 
 
@@ -337,7 +377,7 @@ def _tail(ctx: CommandContext, args: argparse.Namespace) -> int:
 
 
 def _prove(ctx: CommandContext, args: argparse.Namespace) -> int:
-    from warden.audit._checkpoint import format_tlog_proof
+    from warden.audit import format_tlog_proof
 
     with LogReader(ctx.state_dir) as reader:
         key = reader.local_verifier()
@@ -377,8 +417,8 @@ def _check_proof(ctx: CommandContext, args: argparse.Namespace) -> int:
     quorum = len(witnesses) if args.quorum is None else args.quorum
     proof, checkpoint = verify_tlog_proof(_read_file(args.file, "proof"), key, witnesses=witnesses, quorum=quorum)
     _out(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}\n")
-    if proof.extra is not None:
-        sys.stdout.buffer.write(proof.extra + b"\n")
+    if proof.extra is not None:  # the record, shown: redacted like every audit view
+        sys.stdout.buffer.write(load_redactor(ctx.state_dir).wire(proof.extra) + b"\n")
         sys.stdout.flush()
     return 0
 
@@ -410,50 +450,4 @@ def _key(ctx: CommandContext, args: argparse.Namespace) -> int:
         Store.open(ctx.private_state_dir()).close()
     with LogReader(ctx.state_dir) as reader:
         _out(reader.local_verifier().vkey + "\n")
-    return 0
-
-
-def _export(ctx: CommandContext, args: argparse.Namespace) -> int:
-    if args.tiles:
-        return _export_tiles(ctx, Path(args.tiles))
-    with LogReader(ctx.state_dir) as reader:
-        update, done = _progress(reader.count(), "exporting")
-        out = open(args.output, "wb") if args.output else None  # noqa: SIM115 - closed below
-        try:
-            sink = out or sys.stdout.buffer
-            for n, raw in enumerate(reader.records(), 1):
-                sink.write(raw.data + b"\n")
-                if update is not None and n % 65536 == 0:
-                    update(n)
-            sink.flush()
-            if out is not None:
-                os.fsync(out.fileno())
-        finally:
-            done()
-            if out is not None:
-                out.close()
-    return 0
-
-
-def _export_tiles(ctx: CommandContext, out_dir: Path) -> int:
-    from warden.audit._merkle import HASH_SIZE
-    from warden.audit._tiles import write_tiles
-
-    with LogReader(ctx.state_dir) as reader:
-        key = reader.local_verifier()
-        note = reader.latest_note()
-        if note is None:
-            raise AuditError("no checkpoint has been published yet", hint="run `warden audit checkpoint --refresh`")
-        checkpoint, _ = open_checkpoint(note, key)
-        entries = [raw.data for raw in reader.records() if raw.index < checkpoint.size]
-        hashes = reader.hashes
-        if len(entries) < checkpoint.size or hashes is None:
-            raise AuditError("the log is shorter than its latest checkpoint", hint="run `warden audit verify`")
-
-        def read(positions: Sequence[int]) -> list[bytes]:
-            assert hashes is not None
-            return [bytes(hashes[p * HASH_SIZE : (p + 1) * HASH_SIZE]) for p in positions]
-
-        count = write_tiles(out_dir, checkpoint.size, note, read, entries)
-    _out(f"wrote {count} files for {checkpoint.size} records under {out_dir}\n")
     return 0

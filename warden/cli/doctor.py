@@ -8,7 +8,8 @@ import json
 import sys
 
 from warden.cli._common import CommandContext, run_trio
-from warden.errors import SandboxUnavailable
+from warden.errors import ConfigError, SandboxUnavailable
+from warden.policy import load_effective_policy
 from warden.sandbox.doctor import Check, run_checks
 
 _MARK = {"ok": "ok", "warn": "WARN", "fail": "FAIL", "info": "--"}
@@ -28,9 +29,33 @@ def render(rows: list[Check]) -> str:
     return "\n".join(f"{row.name:<{width}}  {_MARK[row.status]:<4}  {row.detail}" for row in rows)
 
 
+def egress_rows(ctx: CommandContext) -> list[Check]:
+    """Each configured server's effective egress, in one line: none, or where it may connect (the org's ceiling
+    applied; an entry the ceiling refuses makes the row fail, since that server will not start)."""
+    try:
+        policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=ctx.config_required)
+    except ConfigError as exc:
+        return [Check("egress (config)", "warn", f"config not read: {exc.message}")]
+    names = sorted(policy.user.model.servers) if policy.user is not None else []
+    rows = []
+    for name in names:
+        sp = policy.server(name)
+        rules = sp.network.value
+        if sp.network_violations:
+            rows.append(Check(f"egress {name}", "fail", f"{sp.network_violations[0].message} "
+                                                        f"({sp.network_violations[0].source}): it will not start"))
+        elif not rules.enabled:
+            rows.append(Check(f"egress {name}", "info", "none (no network at all)"))
+        else:
+            extra = "".join(f", names may resolve to {n}" for n in rules.allow_addresses)
+            rows.append(Check(f"egress {name}", "info", "through warden's proxy to " +
+                              ", ".join(e.text for e in rules.allow) + extra))
+    return rows
+
+
 def doctor_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     state_dir = ctx.private_state_dir()
-    rows = run_trio(run_checks, state_dir, ctx.env)
+    rows = run_trio(run_checks, state_dir, ctx.env) + egress_rows(ctx)
     if args.json:
         print(json.dumps([{"check": r.name, "status": r.status, "detail": r.detail, "blocking": r.blocking}
                           for r in rows], indent=2))

@@ -1,8 +1,12 @@
 """``warden pins list|show|diff|approve|revoke|review``: look at pins and approve or revoke them.
 
-Everything a server wrote (names, descriptions, schemas) is printed through the visible renderer, so an escape
-sequence in a description cannot repaint the terminal and a hidden character is named, not hidden. Approvals bind
-to the digests that were shown: if a definition moves between showing and approving, nothing is approved.
+Everything a server wrote (names, descriptions, schemas, URIs) reaches the terminal through one display point,
+:func:`_emit`, which writes line by line and passes each line through :func:`warden.escape.for_terminal`: an escape
+sequence cannot repaint the terminal, a bidi override cannot reorder a row, a hidden character is shown as
+``<U+200B>``, and a line feed inside a tool name shows as ``\\n`` on its own row instead of forging the next one.
+The lines themselves are composed with each server string escaped where it is put in (so table columns line up).
+Approvals bind to the digests that were shown: if a definition moves between showing and approving, nothing is
+approved.
 """
 
 from __future__ import annotations
@@ -14,9 +18,10 @@ from collections.abc import Sequence
 
 from warden import audit
 from warden.cli._common import CommandContext, run_trio
-from warden.consent import describe_entry, review
+from warden.consent import describe_entry, describe_server, entry_label, review
 from warden.errors import PolicyError
-from warden.policy import render_visible
+from warden.escape import for_terminal
+from warden.paths import store_dir
 from warden.policy.pins import ENTRY_KINDS, EntryKind, PinEntry, PinState, PinStore, short, side_by_side
 
 
@@ -49,6 +54,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         server_required=False).set_defaults(func=review_command)
 
 
+def _emit(lines: str | Sequence[str]) -> None:
+    """The one display point of these commands: each line, escaped again as a whole, on a row of its own."""
+    for line in [lines] if isinstance(lines, str) else lines:
+        print(for_terminal(line))
+
+
 def _width() -> int:
     return shutil.get_terminal_size((120, 24)).columns
 
@@ -78,113 +89,119 @@ def _select(store: PinStore, args: argparse.Namespace, *, default_pending: bool)
 def list_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     entries = _store(ctx).entries(args.server)
     if not entries:
-        print("no pins" + (f" for server {args.server!r}" if args.server else ""))
+        _emit("no pins" + (f" for server {for_terminal(args.server)!r}" if args.server else ""))
         return 0
-    print(f"{'SERVER':<20} {'KIND':<18} {'STATE':<9} {'DIGEST':<13} {'FINDINGS':<8} NAME")
-    for e in entries:
-        print(f"{render_visible(e.server):<20} {e.kind:<18} {e.state.value:<9} {short(e.digest):<13} "
-              f"{len(e.findings):<8} {render_visible(e.key) if e.key else '-'}")
+    _emit([f"{'SERVER':<20} {'KIND':<18} {'STATE':<9} {'DIGEST':<13} {'FINDINGS':<8} NAME",
+           *(f"{for_terminal(e.server):<20} {e.kind:<18} {e.state.value:<9} {short(e.digest):<13} "
+             f"{len(e.findings):<8} {for_terminal(e.key) if e.key else '-'}" for e in entries)])
     return 0
 
 
 def show_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     for e in _select(_store(ctx), args, default_pending=False):
-        print(describe_entry(e, width=_width()))
+        _emit(describe_entry(e, width=_width()))
     return 0
 
 
 def diff_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     chosen = _select(_store(ctx), args, default_pending=True)
     if not chosen:
-        print(f"nothing pending or changed for server {args.server!r}")
+        _emit(f"nothing pending or changed for server {for_terminal(args.server)!r}")
     for e in chosen:
-        print(f"== server {e.server!r}: {e.label} [{e.state.value}]")
+        _emit(f"== server '{for_terminal(e.server)}': {entry_label(e)} [{e.state.value}]")
         if e.approved_digest and e.approved_digest != e.digest:
-            print(f"   approved {e.approved_digest}\n   current  {e.digest}")
-            print(side_by_side(e.approved_definition, e.definition, width=_width()))
+            _emit([f"   approved {e.approved_digest}", f"   current  {e.digest}"])
+            _emit(side_by_side(e.approved_definition, e.definition, width=_width()).split("\n"))
         elif e.approved_digest is None:
-            print("   (never approved: the whole current definition follows)")
-            print(describe_entry(e, width=_width()))
+            _emit("   (never approved: the whole current definition follows)")
+            _emit(describe_entry(e, width=_width()))
         else:
-            print("   no change since approval")
-        for f in e.findings:
-            print(f"   finding: {f}")
+            _emit("   no change since approval")
+        _emit([f"   finding: {for_terminal(str(f))}" for f in e.findings])
     return 0
 
 
-def _confirm(question: str, *, word: str | None = None) -> bool:
+def _ask(question: str) -> str:
+    """The question half of the display point (``input`` writes the prompt itself)."""
+    return input(for_terminal(question))
+
+
+def _need_terminal(verb: str) -> None:
+    """Refuse, in one line and before anything is shown, when nobody is at a terminal to answer."""
     if not sys.stdin.isatty():
-        raise PolicyError("approving needs a human at a terminal", hint="run it in a terminal, or pass --yes")
-    answer = input(question)
-    return answer.strip() == word if word else answer.strip().lower() in ("y", "yes")
+        raise PolicyError(f"`warden pins {verb}` needs a human at a terminal to answer; scripts pass --yes "
+                          "(entries with findings also need --accept-findings)")
+
+
+def _confirm(question: str, *, word: str | None = None) -> bool:
+    answer = _ask(question).strip()
+    return answer == word if word else answer.lower() in ("y", "yes")
 
 
 def approve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if not args.yes:
+        _need_terminal("approve")
     store = _store(ctx)
     chosen = _select(store, args, default_pending=True)
     if not chosen:
-        print(f"nothing pending or changed for server {args.server!r}")
+        _emit(f"nothing pending or changed for server {for_terminal(args.server)!r}")
         return 0
-    for e in chosen:
-        print(describe_entry(e, width=_width()))
     flagged = [e for e in chosen if e.findings]
     if args.yes:
         if flagged and not args.accept_findings:
-            raise PolicyError(f"{len(flagged)} entr{'y has' if len(flagged) == 1 else 'ies have'} scanner findings; "
-                              "--yes alone does not approve findings",
-                              hint="review them (warden pins review), or add --accept-findings")
-    elif flagged:
-        if not _confirm(f"{len(flagged)} of these have findings. Type 'approve' to approve all {len(chosen)}: ",
-                        word="approve"):
-            print("nothing approved")
-            return 1
-    elif not _confirm(f"approve these {len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'}? [y/N] "):
-        print("nothing approved")
-        return 1
-    expected = {(e.kind, e.key): e.digest for e in chosen}
-    if args.name is None and args.kind is None:
-        done = store.approve(args.server, expected=expected)
+            raise PolicyError(f"{len(flagged)} entr{'y has' if len(flagged) == 1 else 'ies have'} scanner findings "
+                              f"and --yes alone does not approve findings: review them (warden pins review "
+                              f"{for_terminal(args.server)}), or add --accept-findings")
     else:
-        done = [x for e in chosen for x in store.approve(args.server, e.kind, e.key,
-                                                          expected={(e.kind, e.key): e.digest})]
-    for e in done:
-        print(f"approved: server {e.server!r} {e.label} {e.digest}")
+        _emit(describe_server(args.server, chosen, width=_width(), package_store=str(store_dir(store.path.parent))))
+        if flagged:
+            if not _confirm(f"{len(flagged)} of these have findings. Type 'approve' to approve all {len(chosen)}: ",
+                            word="approve"):
+                _emit("nothing approved")
+                return 1
+        elif not _confirm(f"approve these {len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'}? [y/N] "):
+            _emit("nothing approved")
+            return 1
+    done = store.approve_exact(args.server, [(e.kind, e.key, e.digest) for e in chosen], by="terminal")
+    _emit([f"approved: server '{for_terminal(e.server)}' {entry_label(e)} {e.digest}" for e in done])
     return _audit_pins(ctx, audit.Event.PIN_APPROVED, done)
 
 
 def revoke_command(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if not args.yes:
+        _need_terminal("revoke")
     store = _store(ctx)
     if args.name is None and args.kind is None:
-        what = f"the whole server {args.server!r} (every call refused until approved again)"
+        what = f"the whole server {for_terminal(args.server)!r} (every call refused until approved again)"
         kind: EntryKind = "server"
     else:
         chosen = _select(store, args, default_pending=False)
-        what = ", ".join(e.label for e in chosen)
+        what = ", ".join(entry_label(e) for e in chosen)
         kind = chosen[0].kind
     if not args.yes and not _confirm(f"revoke {what}? [y/N] "):
-        print("nothing revoked")
+        _emit("nothing revoked")
         return 1
     done = store.revoke(args.server, kind, args.name if args.name is not None else ("" if kind == "server"
                                                                                     else None))
-    for e in done:
-        print(f"revoked: server {e.server!r} {e.label}")
+    _emit([f"revoked: server '{for_terminal(e.server)}' {entry_label(e)}" for e in done])
     return _audit_pins(ctx, audit.Event.PIN_REVOKED, done)
 
 
 class _Tty:
-    def show(self, text: str) -> None:
-        print(text)
+    def show(self, lines: Sequence[str]) -> None:
+        _emit(lines)
 
     def ask(self, question: str) -> str:
-        return input(question)
+        return _ask(question)
 
 
 def review_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     if not sys.stdin.isatty():
-        raise PolicyError("`warden pins review` needs a human at a terminal",
-                          hint="run it in a terminal; scripts use `warden pins approve SERVER --yes`")
-    summary = review(_store(ctx), args.server, _Tty(), width=_width())
-    print(f"approved {len(summary.approved)}, revoked {len(summary.revoked)}, skipped {len(summary.skipped)}")
+        raise PolicyError("`warden pins review` needs a human at a terminal to answer; scripts use "
+                          "`warden pins approve SERVER --yes`")
+    store = _store(ctx)
+    summary = review(store, args.server, _Tty(), width=_width(), package_store=str(store_dir(store.path.parent)))
+    _emit(f"approved {len(summary.approved)}, revoked {len(summary.revoked)}, skipped {len(summary.skipped)}")
     _audit_pins(ctx, audit.Event.PIN_APPROVED, summary.approved)
     return _audit_pins(ctx, audit.Event.PIN_REVOKED, summary.revoked)
 

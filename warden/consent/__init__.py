@@ -10,7 +10,10 @@ Public API (the gateway wires the in-band half; ``warden pins review`` uses the 
   :func:`read_call_confirmation` ``(request, result) -> str | None`` — the confirmed arguments digest, to put in
   ``ToolCallFacts.confirmed_arguments_digest`` before deciding again.
 * :func:`refusal` ``(decision) -> PolicyError`` — the error (reason, rule, approve command) when no channel exists.
-* :func:`review` ``(store, server, prompter)`` — the interactive terminal walk.
+* :class:`WebhookApprovals` ``(url, key).ask(ApprovalRequest) -> ApprovalVerdict`` — a call to confirm when no
+  one can be asked in-band: a signed, expiring webhook exchange that fails closed (see ``_webhook.py``).
+* :func:`review` ``(store, server, prompter)`` — the interactive terminal walk, one screen per server;
+  :func:`describe_server`, :func:`describe_entry` and :func:`describe_launch` give its lines (already escaped).
 """
 
 from warden.consent._inband import (
@@ -22,18 +25,43 @@ from warden.consent._inband import (
     read_pin_consent,
     refusal,
 )
-from warden.consent._terminal import Prompter, ReviewSummary, describe_entry, review
+from warden.consent._terminal import (
+    Prompter,
+    ReviewSummary,
+    describe_entry,
+    describe_launch,
+    describe_server,
+    entry_label,
+    review,
+)
+from warden.consent._webhook import (
+    ANSWER_DOMAIN,
+    REQUEST_DOMAIN,
+    ApprovalRequest,
+    ApprovalVerdict,
+    WebhookApprovals,
+    sign_approval,
+)
 
 __all__ = [
+    "ANSWER_DOMAIN",
+    "REQUEST_DOMAIN",
+    "ApprovalRequest",
+    "ApprovalVerdict",
     "CallConfirmation",
     "PinConsent",
     "Prompter",
     "ReviewSummary",
+    "WebhookApprovals",
     "build_call_confirmation",
     "build_pin_consent",
     "describe_entry",
+    "describe_launch",
+    "describe_server",
+    "entry_label",
     "read_call_confirmation",
     "read_pin_consent",
     "refusal",
     "review",
+    "sign_approval",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
+from warden.egress import describe_network
 from warden.errors import PolicyError
 from warden.policy._decide import Decision
 from warden.policy._visible import render_visible
@@ -62,6 +63,8 @@ def build_pin_consent(server: str, entries: Sequence[PinEntry]) -> PinConsent:
     for e in entries:
         status = "CHANGED since approved" if e.approved_digest else "NEW"
         lines.append(f"== {e.label} ({status}), digest {e.digest}")
+        if e.kind == "server" and isinstance(e.definition, dict):
+            lines.append(f"   network: {describe_network(e.definition.get('network'))}")
         lines.extend(render_definition(e.definition))
         for f in e.findings:
             lines.append(f"   finding: {f}")
@@ -86,13 +89,15 @@ def read_pin_consent(request: PinConsent, result: Any) -> tuple[tuple[EntryKind,
 
 
 def build_call_confirmation(server: str, tool: str, arguments: Mapping[str, Any] | None, *,
-                            tool_digest: str) -> CallConfirmation:
-    """Ask the host's user to confirm one call of ``tool`` with exactly ``arguments``."""
+                            tool_digest: str, reason: str | None = None) -> CallConfirmation:
+    """Ask the host's user to confirm one call of ``tool`` with exactly ``arguments``; ``reason``: why the policy
+    wants a human (a flow violation names the source call that tainted the session)."""
     ad = arguments_digest(arguments)
     shown = "\n".join(render_definition(dict(arguments or {})))
     message = (f"warden (the security gateway for MCP server {server!r}) asks you to confirm a tool call.\n"
                f"Tool: {render_visible(tool)} (definition {tool_digest})\nArguments:\n{shown}\n"
-               f"Arguments digest: {ad}\nConfirm runs this call once, with exactly these arguments.")
+               f"Arguments digest: {ad}\n" + (f"Why: {render_visible(reason)}\n" if reason else "")
+               + "Confirm runs this call once, with exactly these arguments.")
     schema = {"type": "object",
               "properties": {"confirm": {"type": "boolean", "title": "Run this call once", "default": False}},
               "required": ["confirm"]}

@@ -19,6 +19,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import secrets
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -27,19 +29,21 @@ import msgspec
 import trio
 
 from warden import audit
+from warden.consent import ApprovalRequest, WebhookApprovals
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
 from warden.gateway.link import Context, HostLink, Sink, host_name
 from warden.gateway.mrtr import Exchange, Questions
+from warden.gateway.pinwatch import watch_file
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
     present_capabilities,
-    routable_client_capabilities,
     strip_host_meta,
     to_legacy_result,
     to_modern_result,
 )
-from warden.policy import Decision, Effect, EntryKind, HostCapabilities
+from warden.policy import ContentFinding, Decision, Effect, EntryKind, HostCapabilities
+from warden.policy.pins import arguments_digest
 from warden.policy.pins import digest as pin_digest
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
@@ -73,16 +77,15 @@ from warden.protocol.messages import (
     encode_notification,
     encode_result,
 )
+from warden.protocol.paging import Pager
 from warden.protocol.request_state import StateClaims, StateSigner, binding_of, is_ours
-from warden.upstream.connection import Reply, ServerDescription, Upstream
+from warden.protocol.session import Reply
+from warden.upstream.connection import ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
 
-MAX_PAGES: Final = 1000
-"""A list longer than this many pages is refused rather than followed forever."""
 MAX_INPUT_ROUNDS: Final = 16
 """How many input_required rounds warden relays for one request before giving up."""
-MRTR_REQUESTS: Final = frozenset({"tools/call", "prompts/get", "resources/read"})
 
 
 _LIST_CHANGED: Final[Mapping[str, tuple[str, ...]]] = {
@@ -91,6 +94,12 @@ _LIST_CHANGED: Final[Mapping[str, tuple[str, ...]]] = {
     "notifications/resources/list_changed": ("resources/list", "resources/templates/list"),
 }
 
+
+_KIND_CHANGED: Final[Mapping[EntryKind, str]] = {
+    "tool": "notifications/tools/list_changed", "prompt": "notifications/prompts/list_changed",
+    "resource": "notifications/resources/list_changed", "resource_template": "notifications/resources/list_changed",
+}
+"""What a host is told when the entries of a kind it may see change (an approval made anywhere)."""
 
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
 
@@ -127,6 +136,8 @@ URL_ELICITATION_REQUIRED: Final = -32042
 """2025-11-25 only: "the user must visit a URL first". Never relayed to a 2026 host (PX09)."""
 
 Asker = Callable[[str, Mapping[str, Any]], Awaitable[Reply]]
+_Handler = Callable[[Request, Context, dict[str, Any], HostLink, Sink], Awaitable[bytes]]
+"""How the gateway answers one host request it treats itself (see ``Gateway._handler_table``)."""
 
 
 def _wire_asker(link: HostLink, sink: Sink) -> Asker:
@@ -141,6 +152,23 @@ def _for_modern_host(question: Mapping[str, Any]) -> dict[str, Any]:
     params = dict(question.get("params") or {})
     params.pop("elicitationId", None)
     return {"method": question["method"], "params": params}
+
+
+def _accepted_content_only(answer: Reply, *, url_mode: bool) -> Reply:
+    """An elicitation answer as the server gets it: ``content`` only with ``accept`` in form mode (EL05), never in
+    URL mode, where accepting is consent alone (EL16)."""
+    try:
+        result = answer.result_dict()
+    except (msgspec.DecodeError, TypeError):
+        return answer
+    if "content" not in result or (result.get("action") == "accept" and not url_mode):
+        return answer
+    del result["content"]
+    return Reply(result=encode_json(result))
+
+
+REMEMBERED_ELICITATIONS: Final = 256
+"""How many URL-mode elicitation ids warden remembers the host of, to route their completion (PX12)."""
 
 
 def _state_complete(raw: bytes) -> bytes:
@@ -168,6 +196,39 @@ class _InFlight:
     exchange: Exchange | None = None
 
 
+@final
+@dataclass(slots=True, eq=False)
+class _Screen:
+    """The content rules on one ``tools/call`` result (``warden.policy.screen_result``): what the host may see,
+    and what was cut out, kept for the outcome record (by digest)."""
+
+    guard: Guard
+    tool: str
+    findings: list[ContentFinding] = dataclasses.field(default_factory=list)
+
+    def __call__(self, raw: bytes) -> bytes:
+        screened = self.guard.screen_result(self.tool, raw)
+        self.findings.extend(screened.findings)
+        if screened.refused is not None or screened.raw is None:
+            what = f"tool {self.tool!r}" if self.tool else "this request"
+            raise PolicyError(f"warden refused the result of {what}: {screened.refused}",
+                              hint="nothing of the result reached the host; the audit log holds the digests of what "
+                                   "was found")
+        return screened.raw
+
+    def redactions(self) -> list[tuple[str, str]]:
+        return [(f.rule, f.digest) for f in self.findings]
+
+
+def _screen_of(guard: Guard, method: str, params: Mapping[str, Any]) -> _Screen | None:
+    """Tool results go through the content rules of that tool; prompts and resource contents through the rules
+    that apply to every tool (``tools = ["*"]``, the built-in detectors)."""
+    name = params.get("name")
+    if method == "tools/call" and isinstance(name, str):
+        return _Screen(guard, name)
+    return _Screen(guard, "") if method in ("prompts/get", "resources/read") else None
+
+
 def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
     if isinstance(exc, RemoteProtocolError):
         return encode_error(id_raw, exc.jsonrpc_code, exc.message)
@@ -187,8 +248,10 @@ class Gateway:
     gateway as its handler), then call :meth:`handle` per host request."""
 
     def __init__(self, *, name: str, guard: Guard, recorder: Recorder, signer: StateSigner,
-                 background: trio.Nursery, question_timeout: float = 120.0) -> None:
+                 background: trio.Nursery, question_timeout: float = 120.0,
+                 approvals: WebhookApprovals | None = None) -> None:
         self._name = name
+        self._approvals = approvals  # where a call to confirm goes when no one can be asked in-band
         self.guard = guard
         self.recorder = recorder
         self._signer = signer
@@ -203,6 +266,10 @@ class Gateway:
         self._in_flight: set[_InFlight] = set()
         self._tools: dict[str, dict[str, Any]] = {}
         self._observed: ServerDescription | None = None
+        self._visible: dict[EntryKind, frozenset[str]] = {}
+        self._elicited: OrderedDict[str, HostLink] = OrderedDict()
+        """The host each URL-mode elicitation went to, by ``elicitationId``: its completion goes there only."""
+        self._handlers = self._handler_table()
 
     def bind(self, upstream: Upstream) -> None:
         self._upstream = upstream
@@ -220,6 +287,39 @@ class Gateway:
             await self.recorder.pins(await self.guard.observe_instructions(description.instructions))
             self._observed = description
         return description
+
+    # -- approvals made anywhere (issue 10 item 5) ---------------------------------------------------------------
+
+    async def watch_pins(self) -> None:
+        """Watch the pin store for the gateway's lifetime (in the background nursery): the guard then re-reads it
+        only when it changed, and every connected host hears what an approval made anywhere changed."""
+        self._visible = {kind: self.guard.visible_keys(kind) for kind in _KIND_CHANGED}
+        self.guard.watched(await self._background.start(watch_file, self.guard.store.path, self._pins_changed))
+
+    async def _pins_changed(self) -> None:
+        if not self.guard.pins_changed():
+            return  # warden's own write (a list it observed): what hosts see is answered with that list
+        now = {kind: self.guard.visible_keys(kind) for kind in _KIND_CHANGED}
+        methods = {_KIND_CHANGED[kind] for kind, keys in now.items() if keys != self._visible.get(kind)}
+        self._visible = now
+        for method in sorted(methods):
+            log.info("%s: pins changed; telling hosts (%s)", self._name, method)
+            await self._tell_hosts(method, None)
+
+    def _waiting_notice(self) -> str | None:
+        """What hosts are shown while entries wait for approval: the exact command that reviews them."""
+        waiting = self.guard.waiting()
+        if not waiting:
+            return None
+        what = "1 entry waits" if waiting == 1 else f"{waiting} entries wait"
+        return (f"warden: {what} for approval before this server's tools, prompts or resources can be used; "
+                f"run `warden pins review {self._name}` in a terminal")
+
+    def _with_notice(self, instructions: str | None) -> str | None:
+        notice = self._waiting_notice()
+        if notice is None:
+            return instructions
+        return f"{instructions}\n\n{notice}" if instructions else notice
 
     def known_tool(self, name: str) -> dict[str, Any] | None:
         """The definition of ``name`` from the last complete ``tools/list`` warden answered (for validating the
@@ -262,46 +362,64 @@ class Gateway:
                           client=host_name(meta.get(META_CLIENT_INFO)))
             self.upstream.set_legacy_capabilities({})
         elif link.legacy is not None:
-            token = params.get("_meta", {}).get("progressToken")
-            ctx = Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, link.legacy.log_level, token,
-                          client=link.legacy.client)
+            ctx = link.legacy.context(params.get("_meta", {}).get("progressToken"))
         else:
             return encode_error(request.id, INVALID_PARAMS,
                                 "send initialize first, or carry the 2026-07-28 _meta (protocolVersion and "
                                 "clientCapabilities) on every request")
         if method not in CLIENT_REQUESTS[ctx.era]:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {method}")
-        ctx = dataclasses.replace(ctx, upstream=await self._lane(ctx, link))
-        if method == "ping":
-            return encode_result(request.id, b"{}")
-        if method == "server/discover":
-            return encode_result(request.id, encode_json(await self._discover()))
-        if method in LIST_METHODS:
-            return await self._list(request, ctx, params, link, sink)
-        if method == "logging/setLevel":
-            return await self._set_level(request, link, params, sink)
-        if method == "subscriptions/listen":
-            return await self._listen(request, params, link, sink)
+        lane = await self._lane(ctx, link)
+        if lane is not ctx.upstream:
+            ctx = dataclasses.replace(ctx, upstream=lane)
         if method.startswith("tasks/") or (method in ("resources/subscribe", "resources/unsubscribe")
                                            and ctx.upstream is not ctx.era):
-                return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
-        if method in MRTR_REQUESTS:
-            try:
-                return await self._audited(request, ctx, params, link, sink)
-            except PolicyError as exc:
-                if method != "resources/read":
-                    raise
-                # To the host an unreadable resource is a resource not found: -32602 with its uri (SEP-2164).
-                return encode_error(request.id, INVALID_PARAMS, f"{exc.message}. To allow it: {exc.hint}",
-                                    {"uri": params.get("uri"), "hint": exc.hint})
+            return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
+        handler = self._handlers.get(method, self._forwarded)
+        return await handler(request, ctx, params, link, sink)
+
+    # -- the handlers: one per method warden treats itself; everything else is forwarded as it is ---------------
+
+    def _handler_table(self) -> dict[str, _Handler]:
+        table: dict[str, _Handler] = {
+            "ping": self._ping,
+            "server/discover": self._discover_request,
+            "logging/setLevel": self._set_level,
+            "subscriptions/listen": self._listen,
+            "tools/call": self._audited,
+            "prompts/get": self._audited,
+            "resources/read": self._read,
+        }
+        table.update(dict.fromkeys(LIST_METHODS, self._list))
+        return table
+
+    async def _ping(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                    sink: Sink) -> bytes:
+        return encode_result(request.id, b"{}")
+
+    async def _discover_request(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                                sink: Sink) -> bytes:
+        return encode_result(request.id, encode_json(await self._discover()))
+
+    async def _forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                         sink: Sink) -> bytes:
         return (await self._forward(request, ctx, params, sink))[0]
+
+    async def _read(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                    sink: Sink) -> bytes:
+        try:
+            return await self._audited(request, ctx, params, link, sink)
+        except PolicyError as exc:
+            # To the host an unreadable resource is a resource not found: -32602 with its uri (SEP-2164).
+            return encode_error(request.id, INVALID_PARAMS, f"{exc.message}. To allow it: {exc.hint}",
+                                {"uri": params.get("uri"), "hint": exc.hint})
 
     async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                        sink: Sink) -> bytes:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
         description = await self._connected()
         if ctx.era is Era.MODERN and (ctx.upstream is Era.LEGACY or await self._needs_human(request.method, params,
-                                                                                           ctx)):
+                                                                                           ctx, link)):
             return await self._exchange(request, ctx, params, link, description)
         entry = _InFlight(link, sink, ctx)  # the server may ask this request's host something (PX01)
         self._in_flight.add(entry)
@@ -315,38 +433,53 @@ class Gateway:
         dual-era server gets that server's legacy session (opened on first need)."""
         description = await self._connected()
         if ctx.era is Era.LEGACY and description.era is Era.MODERN and link.legacy is not None and \
-                await self.upstream.legacy_lane(routable_client_capabilities(link.legacy.capabilities)):
+                await self.upstream.legacy_lane(self.guard.declarable(link.legacy.capabilities, era=Era.LEGACY)):
             return Era.LEGACY
         return description.era
 
-    async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context) -> bool:
+    async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context, link: HostLink) -> bool:
         """A 2026 host that can show a form, for a request the policy wants a human for: warden asks it through
         an ``input_required`` round (an exchange), since it cannot put a question on the wire."""
         if not HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form:
             return False
         await self._know_lists(method)
-        return self._decide(method, params, channel=True).effect in (Effect.ASK, Effect.CONFIRM)
+        return self._decide(method, params, channel=True, session=link.session_key).effect in (Effect.ASK,
+                                                                                                  Effect.CONFIRM)
 
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
         asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
-        index = await self._authorize(request, params, asker, ctx.client)
+        index = await self._authorize(request, params, asker, ctx.client, link.session_key)
+        screen = _screen_of(self.guard, request.method, params)
         try:
-            response, reply = await self._forward(request, ctx, params, sink)
+            response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params),
+                                                  sink, screen)
+            await self._tainted_by(request.method, params, link, index, ctx.client)
         except WardenError as exc:
             self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
-                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
+                                  redactions=screen.redactions() if screen else ())
             raise
         except trio.Cancelled:
             self.recorder.outcome(index, method=request.method, result=None, error="cancelled by the host",
                                   outcome=audit.Outcome.CANCELLED)
             raise
-        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
+        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None,
+                              redactions=screen.redactions() if screen else ())
         return response
+
+    def _screened_arguments(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The params to forward: arguments with what the content rules redact cut out (a ``deny`` finding was
+        refused when the call was decided)."""
+        name, arguments = params.get("name"), params.get("arguments")
+        if method != "tools/call" or not isinstance(name, str) or not isinstance(arguments, dict):
+            return params
+        screened, findings = self.guard.screen_arguments(name, arguments)
+        return {**params, "arguments": screened} if findings else params
 
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
         assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
-        self.upstream.set_legacy_capabilities(routable_client_capabilities(link.legacy.capabilities))
+        self.upstream.set_legacy_capabilities(self.guard.declarable(link.legacy.capabilities, era=Era.LEGACY))
         description = await self._connected()
         lane = await self._lane(Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, None), link)
         result: dict[str, Any] = {
@@ -354,7 +487,7 @@ class Gateway:
             "capabilities": present_capabilities(description.capabilities, upstream_era=lane, host_era=Era.LEGACY),
             "serverInfo": dict(description.server_info),
         }
-        instructions = self.guard.approved_instructions(description.instructions)
+        instructions = self._with_notice(self.guard.approved_instructions(description.instructions))
         if instructions is not None:
             result["instructions"] = instructions
         return result
@@ -370,12 +503,13 @@ class Gateway:
             "cacheScope": "private",
             "_meta": {META_SERVER_INFO: dict(description.server_info)},
         }
-        instructions = self.guard.approved_instructions(description.instructions)
+        instructions = self._with_notice(self.guard.approved_instructions(description.instructions))
         if instructions is not None:
             result["instructions"] = instructions
         return result
 
-    async def _set_level(self, request: Request, link: HostLink, params: dict[str, Any], sink: Sink) -> bytes:
+    async def _set_level(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                         sink: Sink) -> bytes:
         assert link.legacy is not None
         level = params.get("level")
         if level not in LOG_LEVELS:
@@ -399,13 +533,14 @@ class Gateway:
                 await sink.send(encode_notification("notifications/progress", encode_json(forwarded)))
 
         return await self.upstream.request(
-            method, params, capabilities=routable_client_capabilities(ctx.capabilities), log_level=ctx.log_level,
-            on_progress=progress, lane=ctx.upstream)
+            method, params, capabilities=self.guard.declarable(ctx.capabilities, era=Era.MODERN),
+            log_level=ctx.log_level, on_progress=progress, lane=ctx.upstream)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
-                       sink: Sink) -> tuple[bytes, Reply]:
+                       sink: Sink, screen: _Screen | None = None) -> tuple[bytes, Reply]:
         """Send the request upstream and shape the answer for the host's era; returns the encoded response and
-        the server's final reply."""
+        the server's final reply (as the server sent it). ``screen``: the content rules the final result passes
+        through before anything of it is encoded for the host (they may refuse it: PolicyError)."""
         description = await self._connected()
         forwarded = strip_host_meta(params)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink)
@@ -414,20 +549,22 @@ class Gateway:
                 assert reply.error is not None
                 return encode_error_object(reply.error, request.id), reply
             assert reply.result is not None
+            kind, stated = self._result_type(reply.result) if ctx.upstream is Era.MODERN else ("complete", True)
+            shown = reply if screen is None or kind == "input_required" else Reply(result=screen(reply.result))
+            assert shown.result is not None
             if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
-                return encode_result(request.id, reply.result), reply
+                return encode_result(request.id, shown.result), reply
             if ctx.upstream is Era.MODERN:
-                kind, stated = self._result_type(reply.result)
                 if ctx.era is Era.MODERN:
-                    result = reply.result if stated else _state_complete(reply.result)
+                    result = shown.result if stated else _state_complete(shown.result)
                     return encode_result(request.id, result), reply
                 if kind == "input_required":
                     reply = await self._relay_input_required(request.method, forwarded, ctx, sink,
                                                              reply.result_dict())
                     continue
-                return encode_result(request.id, encode_json(to_legacy_result(reply.result_dict()))), reply
+                return encode_result(request.id, encode_json(to_legacy_result(shown.result_dict()))), reply
             return encode_result(request.id, encode_json(
-                to_modern_result(reply.result_dict(), request.method, description.server_info))), reply
+                to_modern_result(shown.result_dict(), request.method, description.server_info))), reply
         raise RemoteProtocolError(f"the server asked for input more than {MAX_INPUT_ROUNDS} times",
                                   jsonrpc_code=INTERNAL_ERROR)
 
@@ -483,11 +620,13 @@ class Gateway:
         self._in_flight.add(entry)
         result: Reply | WardenError = Reply.failure(INTERNAL_ERROR, "the call did not run")
         index: int | None = None
+        screen = _screen_of(self.guard, method, params)
+        shown: Reply | None = None
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
-            index = await self._authorize(request, params, asker, ctx.client)
-            forwarded = strip_host_meta(params)
+            index = await self._authorize(request, params, asker, ctx.client, link.session_key)
+            forwarded = strip_host_meta(self._screened_arguments(method, params))
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
                 if result.ok or result.code != URL_ELICITATION_REQUIRED:
@@ -501,16 +640,22 @@ class Gateway:
                                            ctx.client, asker=exchange.ask) for question in wanted]
                 if not all(answer.ok for answer in answers):
                     break
+            if screen is not None and isinstance(result, Reply) and result.ok and result.result is not None and (
+                    ctx.upstream is not Era.MODERN or self._result_type(result.result)[0] != "input_required"):
+                shown = Reply(result=screen(result.result))
+            await self._tainted_by(method, params, link, index, ctx.client)
         except WardenError as exc:
             result = exc
         finally:
             self._in_flight.discard(entry)
-        exchange.finish(result)
+        exchange.finish(shown if shown is not None and isinstance(result, Reply) else result)
+        redactions = screen.redactions() if screen else ()
         if isinstance(result, Reply):
-            self.recorder.outcome(index, method=method, result=result.result, error=result.message or None)
+            self.recorder.outcome(index, method=method, result=result.result, error=result.message or None,
+                                  redactions=redactions)
         else:
             self.recorder.outcome(index, method=method, result=None, error=result.message,
-                                  outcome=audit.Outcome.FAILED)
+                                  outcome=audit.Outcome.FAILED, redactions=redactions)
         with trio.move_on_after(self._question_timeout):
             await exchange.collected.wait()
         self._exchanges.pop(exchange.id, None)
@@ -536,8 +681,11 @@ class Gateway:
             if not isinstance(question, dict) or question.get("method") not in INPUT_REQUEST_METHODS:
                 raise RemoteProtocolError(f"input request {key!r} is not a question warden can ask",
                                           jsonrpc_code=INTERNAL_ERROR)
-            answer = await self._ask(link, sink, str(question["method"]), question.get("params") or {},
-                                     ctx.capabilities, ctx.client)
+            asked = question.get("params") or {}
+            if question["method"] == "elicitation/create" and isinstance(asked, dict) and \
+                    asked.get("mode") == "url" and "elicitationId" not in asked:
+                asked = {**asked, "elicitationId": secrets.token_urlsafe(16)}  # PX11: a legacy host needs one
+            answer = await self._ask(link, sink, str(question["method"]), asked, ctx.capabilities, ctx.client)
             if not answer.ok:
                 raise RemoteProtocolError(f"the client could not answer the server's {question['method']}: "
                                           f"{answer.message}", jsonrpc_code=answer.code or INTERNAL_ERROR)
@@ -576,6 +724,15 @@ class Gateway:
                 if answer.ok:
                     await self.recorder.approved(await self.guard.apply_consent(consent, answer.result_dict()))
         visible = self.guard.visible(request.method, items)
+        kind = self.guard.kind_of(request.method)
+        self._visible[kind] = self.guard.visible_keys(kind)
+        notice = self._waiting_notice()
+        if notice is not None and link.legacy is not None and link.unsolicited is not None:
+            # On the host's own channel (stdio; an HTTP session's GET stream), not in this answer's stream: the
+            # answer keeps its form whatever waits.
+            with contextlib.suppress(trio.ClosedResourceError):
+                await link.unsolicited.send(encode_notification("notifications/message", encode_json(
+                    {"level": "warning", "logger": "warden", "data": notice})))
         if request.method == "tools/list":
             self._tools = {t["name"]: t for t in visible}
         result: dict[str, Any] = {LIST_METHODS[request.method]: visible}
@@ -587,40 +744,21 @@ class Gateway:
 
     async def _fetch_all(self, method: str, params: Mapping[str, Any], ctx: Context,
                          sink: Sink) -> tuple[list[Any], int, bool] | Reply:
-        """Every page of an upstream list (MS14, MS15): the items, the smallest ``ttlMs`` and whether any page was
-        private (PX21); or the upstream's error reply."""
-        key = LIST_METHODS[method]
-        items: list[Any] = []
-        ttl: int | None = None
-        private = ctx.upstream is Era.LEGACY
-        cursor: str | None = None
-        for _ in range(MAX_PAGES):
-            page_params = dict(params)
-            if cursor is not None:
-                page_params["cursor"] = cursor
-            reply = await self._call_upstream(method, page_params, ctx, sink)
+        """Every page of an upstream list (MS14, MS15) under the pager's bounds (issue 11: a repeated cursor, too
+        many pages, entries or bytes end the list with an error): the items, the smallest ``ttlMs`` and whether any
+        page was private (PX21); or the upstream's error reply.
+
+        Raises:
+            ListRefused: the list broke a paging rule (the message names the server and the rule).
+        """
+        pager = Pager(self._name, method, modern=ctx.upstream is Era.MODERN, limits=self.upstream.options.list_limits)
+        while True:
+            reply = await self._call_upstream(method, pager.params(params), ctx, sink)
             if not reply.ok:
                 return reply
-            page = reply.result_dict()
-            if ctx.upstream is Era.MODERN:
-                result_type(page)
-                page_ttl = page.get("ttlMs")
-                page_ttl = page_ttl if isinstance(page_ttl, int) and page_ttl > 0 else 0
-                ttl = page_ttl if ttl is None else min(ttl, page_ttl)
-                private = private or page.get("cacheScope") != "public"
-            page_items = page.get(key)
-            if not isinstance(page_items, list):  # absent is malformed too, not "nothing": it would unlist all
-                raise RemoteProtocolError(f"{method}: the server's answer has no {key!r} list",
-                                          jsonrpc_code=INTERNAL_ERROR)
-            items.extend(page_items)
-            next_cursor = page.get("nextCursor")
-            if next_cursor is None or (next_cursor == "" and ctx.upstream is Era.LEGACY):
-                return items, ttl or 0, private
-            if not isinstance(next_cursor, str) or next_cursor == cursor:
-                raise RemoteProtocolError(f"{method}: the server's nextCursor does not advance",
-                                          jsonrpc_code=INTERNAL_ERROR)
-            cursor = next_cursor
-        raise RemoteProtocolError(f"{method} has more than {MAX_PAGES} pages", jsonrpc_code=INTERNAL_ERROR)
+            assert reply.result is not None
+            if pager.add(reply.result_dict(), len(reply.result), now=trio.current_time()):
+                return pager.items, pager.ttl, pager.private
 
     async def _refresh(self, method: str) -> None:
         """Re-read an upstream list on warden's own account (a call before any list, or ``list_changed``)."""
@@ -638,11 +776,18 @@ class Gateway:
     def _can_ask_in_band(link: HostLink, ctx: Context) -> bool:
         """A human can be asked on the wire for this request: a legacy host that declared form elicitation. (A
         2026 host that can show a form is asked through an ``input_required`` round instead: :meth:`_needs_human`.)"""
-        return ctx.era is Era.LEGACY and link.legacy is not None and \
-            HostCapabilities.from_client_capabilities(link.legacy.capabilities).elicitation_form
+        return ctx.era is Era.LEGACY and link.legacy is not None and link.legacy.host_capabilities.elicitation_form
+
+    async def _tainted_by(self, method: str, params: Mapping[str, Any], link: HostLink, index: int | None,
+                          client: str | None) -> None:
+        """A flow source's answer is about to reach the host: the session is marked first (durably), so no sink
+        can run in it before a human clears it. A mark that cannot be written fails the call (fail closed)."""
+        name = params.get("name")
+        if method == "tools/call" and isinstance(name, str):
+            await self.guard.mark_source(name, link.session_key, index, client)
 
     async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
-                         client: str | None) -> int | None:
+                         client: str | None, session: str | None = None) -> int | None:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from the host named ``client``; ask a
         human (through ``asker``, when there is a way to reach one) when the policy says so. The decision is
         recorded durably either way; an allowed request's record index is returned (its outcome is tied to it), a
@@ -661,13 +806,17 @@ class Gateway:
         arguments = params.get("arguments") if method == "tools/call" else None
         arguments = arguments if isinstance(arguments, dict) else None
         confirmed: str | None = None
+        via: audit.Consent | None = None
+        findings = self.guard.screen_arguments(name, arguments)[1] if method == "tools/call" else ()
         kind: EntryKind = "tool" if method == "tools/call" else "prompt" if method == "prompts/get" else "resource"
         for _ in range(3):
-            decision = self._decide(method, params, channel=channel, confirmed=confirmed)
+            decision = self._decide(method, params, channel=channel, confirmed=confirmed, session=session,
+                                    approval_channel=asker is None and self._approvals is not None)
             if decision.effect is Effect.ALLOW:
                 return await self.recorder.decided(
                     method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
-                    request=request.raw, arguments=arguments, confirmed=confirmed is not None, client=client)
+                    request=request.raw, arguments=arguments, findings=findings, confirmed=confirmed is not None,
+                    client=client, consent=via)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
@@ -679,20 +828,30 @@ class Gateway:
                 await self.recorder.approved(approved)
                 if not approved:
                     break
-            else:  # CONFIRM: bound to the digest of exactly these arguments
-                if asker is None:
+            elif asker is None:  # CONFIRM, nobody to ask in-band: the approval webhook, if there is one
+                if self._approvals is None or method != "tools/call":
                     break
-                confirmation = self.guard.call_confirmation(name, arguments)
+                digest = arguments_digest(arguments)
+                verdict = await self._approvals.ask(ApprovalRequest(self._name, name, digest, decision.reason,
+                                                                    str(decision.rule), session))
+                if not verdict.approved:
+                    await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
+                                                request=None, arguments=arguments, findings=findings, client=client)
+                    raise PolicyError(f"the call to {name!r} was not approved: {verdict.reason}",
+                                      hint="nothing was sent to the server")
+                confirmed, via = digest, audit.Consent.WEBHOOK
+            else:  # CONFIRM: bound to the digest of exactly these arguments
+                confirmation = self.guard.call_confirmation(name, arguments, decision.reason)
                 answer = await asker("elicitation/create", confirmation.params)
                 confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
                 if confirmed is None:
                     await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
-                                                request=None, arguments=arguments, client=client)
+                                                request=None, arguments=arguments, findings=findings, client=client)
                     raise PolicyError(f"the user did not confirm the call to {name!r}",
                                       hint="nothing was sent to the server")
         log.warning("%s: %s refused: %s", self._name, method, decision.reason)
         await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
-                                    arguments=arguments, client=client)
+                                    arguments=arguments, findings=findings, client=client)
         raise self.guard.refuse(decision)
 
     async def _know_lists(self, method: str) -> None:
@@ -710,7 +869,7 @@ class Gateway:
             await self._refresh(list_method)
 
     def _decide(self, method: str, params: Mapping[str, Any], *, channel: bool,
-                confirmed: str | None = None) -> Decision:
+                confirmed: str | None = None, session: str | None = None, approval_channel: bool = False) -> Decision:
         name = params.get("uri" if method == "resources/read" else "name")
         if not isinstance(name, str):
             raise RemoteProtocolError(f"{method} needs a string {'uri' if method == 'resources/read' else 'name'}",
@@ -718,7 +877,8 @@ class Gateway:
         if method == "tools/call":
             arguments = params.get("arguments")
             return self.guard.decide_call(name, arguments if isinstance(arguments, dict) else None, channel=channel,
-                                          confirmed_digest=confirmed)
+                                          confirmed_digest=confirmed, session=session,
+                                          approval_channel=approval_channel)
         if method == "prompts/get":
             return self.guard.decide_prompt(name, channel=channel)
         return self.guard.decide_read(name, channel=channel)
@@ -749,6 +909,9 @@ class Gateway:
         if method == "notifications/subscriptions/acknowledged":
             self._check_acknowledgement(params)
             return
+        if method == "notifications/elicitation/complete":
+            await self._elicitation_complete(params)
+            return
         changed = [m for m in _LIST_CHANGED.get(method, ()) if self.guard.knows(m)]
         if changed:
             done = trio.Event()
@@ -771,6 +934,19 @@ class Gateway:
             done.set()
         await self._tell_hosts(method, params)
 
+    async def _elicitation_complete(self, params: bytes | None) -> None:
+        """PX12: a URL-mode elicitation's completion goes only to the host that was asked it (none if unknown)."""
+        try:
+            elicitation_id = decode_object(params).get("elicitationId") if params else None
+        except (msgspec.DecodeError, TypeError):
+            elicitation_id = None
+        link = self._elicited.pop(elicitation_id, None) if isinstance(elicitation_id, str) else None
+        if link is None or link not in self._links or link.unsolicited is None or link.legacy is None:
+            log.info("%s: elicitation completion for no host warden asked; dropped", self._name)
+            return
+        with contextlib.suppress(trio.ClosedResourceError):
+            await link.unsolicited.send(encode_notification("notifications/elicitation/complete", params))
+
     async def _tell_hosts(self, method: str, params: bytes | None) -> None:
         message = encode_notification(method, params)
         for link in list(self._links):
@@ -782,7 +958,8 @@ class Gateway:
 
     # -- subscriptions/listen (2026 hosts, and warden's own listen on a 2026 server) ---------------------------
 
-    async def _listen(self, request: Request, params: dict[str, Any], link: HostLink, sink: Sink) -> bytes:
+    async def _listen(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                      sink: Sink) -> bytes:
         """Serve a host's ``subscriptions/listen`` whatever the server's era: acknowledge what warden can deliver
         (MS28), then forward matching change notifications tagged with the listen's id (MS29) until the host
         ends it (``notifications/cancelled`` or closing the stream; the request then gets no response)."""
@@ -900,11 +1077,19 @@ class Gateway:
         body = dict(params)
         if method == "sampling/createMessage" and "includeContext" in body:
             body["includeContext"] = decision.include_context or "none"  # PX04, PX06
+        url_mode = method == "elicitation/create" and body.get("mode") == "url"
         if asker is not None:
             answer = await asker(method, body)
         else:
             assert sink is not None
+            elicitation_id = body.get("elicitationId")
+            if url_mode and isinstance(elicitation_id, str):
+                self._elicited[elicitation_id] = link
+                while len(self._elicited) > REMEMBERED_ELICITATIONS:
+                    self._elicited.popitem(last=False)
             answer = await link.ask(sink, method, body)
+        if method == "elicitation/create" and answer.ok:
+            answer = _accepted_content_only(answer, url_mode=url_mode)
         if method == "roots/list" and answer.ok:
             answer = Reply(result=encode_json(self.guard.filter_roots_answer(answer.result_dict())))
         self.recorder.outcome(index, method=method, result=answer.result, error=answer.message or None)

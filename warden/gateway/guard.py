@@ -31,13 +31,18 @@ from warden.consent import (
     read_pin_consent,
     refusal,
 )
-from warden.errors import PolicyError
+from warden.errors import PolicyError, StateError
+from warden.gateway.shaping import routable_client_capabilities
 from warden.policy import (
+    NEUTRAL,
+    ContentFinding,
+    ContentScanner,
     Decision,
     Detection,
     Effect,
     ElicitationFacts,
     EntryKind,
+    FlowRole,
     HostCapabilities,
     ListEntryFacts,
     PinEntry,
@@ -47,17 +52,28 @@ from warden.policy import (
     ResourceReadFacts,
     RootsRequestFacts,
     SamplingFacts,
+    Screened,
     ServerPolicy,
     Source,
+    TaintLedger,
+    TaintMark,
     ToolCallFacts,
+    classify,
     decide,
     filter_roots,
     identity_digest,
     resolve_argument_paths,
+    screen_arguments,
+    screen_result,
 )
 from warden.policy.pins import digest
+from warden.protocol.eras import Era
 
 log = logging.getLogger(__name__)
+
+
+def _builtin(key: str) -> Source:
+    return Source("builtin", None, None, key)
 
 LIST_KINDS: Final[Mapping[str, tuple[EntryKind, str]]] = {
     "tools/list": ("tool", "name"), "prompts/list": ("prompt", "name"), "resources/list": ("resource", "uri"),
@@ -83,18 +99,61 @@ class Guard:
     """Enforces one server's effective policy and pins. One per upstream, shared by all its hosts (a gateway
     fronts exactly one server, so a sampling request's ``thisServer`` context is that server's alone)."""
 
-    def __init__(self, *, policy: ServerPolicy, store: PinStore, manifest: Mapping[str, Any]) -> None:
+    def __init__(self, *, policy: ServerPolicy, store: PinStore, manifest: Mapping[str, Any],
+                 secrets: Sequence[str] = ()) -> None:
         self.policy = policy
+        self.secrets = tuple(secrets)  # the secrets registry's values: cut out of results, refused in arguments
         self.store = store
         self.manifest = dict(manifest)
         self.identity = identity_digest(self.manifest)
+        # A remote server, or a sandbox with network, can carry data out: its writing tools are derived sinks.
+        sandbox = self.manifest.get("sandbox")
+        self.reaches_network = (isinstance(sandbox, Mapping) and sandbox.get("kind") == "http") \
+            or self.policy.network.value.enabled
+        self._roles: dict[str, FlowRole] = {}
+        self._output_schemas: dict[str, Mapping[str, Any]] = {}
+        self._scanners: dict[tuple[str, str], ContentScanner] = {}
+        self._last_arguments: tuple[object, tuple[Mapping[str, Any] | None, tuple[ContentFinding, ...]]] | None = None
+        self._ledgers: dict[str, TaintLedger] = {}
         self._digests: dict[EntryKind, dict[str, str]] = {}
         self._declined: set[tuple[tuple[EntryKind, str, str], ...]] = set()
         self._instructions_digest: str | None = None
+        self._watched = False
 
     @property
     def server(self) -> str:
         return self.policy.name
+
+    # -- the store, re-read when it changed ---------------------------------------------------------------------
+
+    def watched(self, on: bool) -> None:
+        """The pin store is watched (:mod:`warden.gateway.pinwatch`): it is re-read when the watch sees it
+        change, instead of a ``stat`` on every decision."""
+        self._watched = on
+
+    def pins_changed(self) -> bool:
+        """The watch saw the store's file change: re-read it. False when it was this process's own write."""
+        return self.store.refresh()
+
+    def _fresh(self) -> None:
+        if not self._watched:
+            self.store.refresh()
+
+    def visible_keys(self, kind: EntryKind) -> frozenset[str]:
+        """The keys of ``kind`` a host may see now, of those warden last listed (for telling hosts what an
+        approval made anywhere changed)."""
+        self._fresh()
+        if kind not in self._digests or self.quarantine() is not None:
+            return frozenset()
+        server_pin = self.server_state()
+        return frozenset(key for key, d in self._digests[kind].items() if decide(ListEntryFacts(
+            self.policy, kind, key, self.store.state(self.server, kind, key, d, refresh=False), server_pin)).allowed)
+
+    def waiting(self) -> int:
+        """How many of this server's entries (identity and instructions included) wait for a human's approval."""
+        self._fresh()
+        return sum(1 for entry in self.store.entries(self.server, refresh=False)
+                   if entry.state in (PinState.PENDING, PinState.CHANGED))
 
     # -- identity and instructions ------------------------------------------------------------------------------
 
@@ -123,7 +182,7 @@ class Guard:
 
     def approved_instructions(self, instructions: str | None) -> str | None:
         """The server's instructions if approved, else None: unapproved instructions never reach the model."""
-        self.store.refresh()
+        self._fresh()
         if instructions is not None and self.instructions_state() is PinState.APPROVED \
                 and self.server_state() is PinState.APPROVED:
             return instructions
@@ -156,6 +215,14 @@ class Guard:
         observation = await trio.to_thread.run_sync(
             lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value))
         self._digests[kind] = dict(observation.digests)
+        if kind == "tool":
+            self._roles = {item["name"]: classify(
+                self.policy.flow, self.server, item["name"], item.get("annotations"),
+                reaches_network=self.reaches_network, builtin=_builtin)
+                for item in items if isinstance(item, Mapping) and isinstance(item.get("name"), str)}
+            self._output_schemas = {item["name"]: item["outputSchema"] for item in items
+                                    if isinstance(item, Mapping) and isinstance(item.get("name"), str)
+                                    and isinstance(item.get("outputSchema"), Mapping)}
         self._report(observation.detections)
         return list(observation.detections)
 
@@ -163,7 +230,7 @@ class Guard:
         """The entries of an observed list the host may see: approved, unchanged and allowed by policy."""
         kind, key_field = LIST_KINDS[method]
         digests = self._digests.get(kind, {})
-        self.store.refresh()  # one stat for the whole list; approvals from another terminal count at once
+        self._fresh()  # approvals from another terminal count at once
         server_pin = self.server_state()
         if self.quarantine() is not None:
             return []
@@ -225,20 +292,88 @@ class Guard:
                                                                         refresh=False)
 
     def decide_call(self, tool: str, arguments: Mapping[str, Any] | None, *, channel: bool,
-                    confirmed_digest: str | None = None) -> Decision:
+                    confirmed_digest: str | None = None, session: str | None = None,
+                    approval_channel: bool = False) -> Decision:
         """``channel``: a human can be asked in-band on this request (the host declared form elicitation and
-        warden can put a question to it). Reads the store once (another terminal's approvals count at once)."""
-        self.store.refresh()
+        warden can put a question to it); ``approval_channel``: one can be asked out of band (a webhook) to
+        confirm it. ``session``: the host session's key, whose taint a flow sink is decided against. Reads the
+        store once (another terminal's approvals count at once)."""
+        self._fresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held
+        role = self._roles.get(tool, NEUTRAL)
+        _, findings = self.screen_arguments(tool, arguments)
+        taint: tuple[TaintMark, ...] = ()
+        if role.sink is not None and session is not None:
+            taint = self._taint(session)
         return decide(ToolCallFacts(
             self.policy, tool, self._pin("tool", tool), self.server_state(), arguments, consent_channel=channel,
             confirmed_arguments_digest=confirmed_digest,
-            resolved_paths=resolve_argument_paths(self.policy, tool, arguments)))
+            resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
+            session=session, approval_channel=approval_channel, content_findings=findings))
+
+    # -- content rules: credentials in arguments and results ----------------------------------------------------
+
+    def _scanner(self, side: str, tool: str) -> ContentScanner:
+        scanner = self._scanners.get((side, tool))
+        if scanner is None:
+            scanner = self._scanners[(side, tool)] = ContentScanner(
+                self.policy.content, side, tool, self.secrets,
+                builtin=_builtin(f"content: built-in detectors on {side}"))
+        return scanner
+
+    def screen_arguments(self, tool: str, arguments: Mapping[str, Any] | None
+                         ) -> tuple[Mapping[str, Any] | None, tuple[ContentFinding, ...]]:
+        """The arguments as they may be forwarded (``redact`` matches cut out) and what was found (a ``deny``
+        finding refuses the call). The last answer is kept: one call is decided, recorded and forwarded on it."""
+        last = self._last_arguments
+        if last is not None and last[0] is arguments:
+            return last[1]
+        answer = screen_arguments(self._scanner("arguments", tool), arguments)
+        self._last_arguments = (arguments, answer)
+        return answer
+
+    def screen_result(self, tool: str, raw: bytes) -> Screened:
+        """A ``tools/call`` result as the host may see it (see :func:`warden.policy.screen_result`)."""
+        return screen_result(self._scanner("results", tool), raw,
+                             max_scan_bytes=self.policy.content.max_scan_bytes.value,
+                             output_schema=self._output_schemas.get(tool))
+
+    # -- dataflow: sources taint the host session, sinks are decided against it ---------------------------------
+
+    def flow_role(self, tool: str) -> FlowRole:
+        return self._roles.get(tool, NEUTRAL)
+
+    def _ledger(self, session: str) -> TaintLedger:
+        ledger = self._ledgers.get(session)
+        if ledger is None:
+            ledger = self._ledgers[session] = TaintLedger(self.store.path.parent, session)
+        return ledger
+
+    def _taint(self, session: str) -> tuple[TaintMark, ...]:
+        try:
+            return self._ledger(session).marks()
+        except StateError as exc:  # unreadable taint is taint (fail closed): the sink is refused, and says why
+            log.error("%s: %s", self.server, exc.message)
+            return (TaintMark("(unreadable taint ledger)", exc.message[:200], None),)
+
+    async def mark_source(self, tool: str, session: str, index: int | None, client: str | None) -> None:
+        """A source's answer is about to reach the host session: mark the session before it does.
+
+        Raises:
+            StateError: the mark could not be written; the answer must not be delivered.
+        """
+        if self._roles.get(tool, NEUTRAL).source is None:
+            return
+        mark = TaintMark(self.server, tool, index)
+        ledger = self._ledger(session)
+        if mark in self._taint(session):
+            return  # already there (a stat): no lock, no write
+        await trio.to_thread.run_sync(lambda: ledger.mark(mark, client=client))
 
     def decide_prompt(self, name: str, *, channel: bool) -> Decision:
-        self.store.refresh()
+        self._fresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held
@@ -246,7 +381,7 @@ class Guard:
 
     def decide_read(self, uri: str, *, channel: bool) -> Decision:
         """A read is allowed through the listed resource with that URI, else the first listed template it fits."""
-        self.store.refresh()
+        self._fresh()
         held = self.quarantine()
         if held is not None and not channel:
             return held
@@ -258,8 +393,9 @@ class Guard:
                     break
         return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(), channel))
 
-    def call_confirmation(self, tool: str, arguments: Mapping[str, Any] | None) -> CallConfirmation:
-        return build_call_confirmation(self.server, tool, arguments,
+    def call_confirmation(self, tool: str, arguments: Mapping[str, Any] | None,
+                          reason: str | None = None) -> CallConfirmation:
+        return build_call_confirmation(self.server, tool, arguments, reason=reason,
                                        tool_digest=self._digests.get("tool", {}).get(tool, "unknown"))
 
     @staticmethod
@@ -271,6 +407,37 @@ class Guard:
         return refusal(decision)
 
     # -- the server's questions ---------------------------------------------------------------------------------
+
+    def declarable(self, capabilities: Mapping[str, Any], *, era: Era) -> dict[str, Any]:
+        """The client capabilities warden declares to the server on behalf of a host that declared
+        ``capabilities``: what it can route to that host (sampling, elicitation, roots), narrowed to what the
+        policy lets through. Declaring what the policy always refuses would invite questions that can only fail
+        (LC08, SA05, SA06, SA08, EL01, EL02, RT03); to a 2026 server roots carry no ``listChanged`` (RT08)."""
+        out = routable_client_capabilities(capabilities)
+        policy = self.policy
+        sampling = out.get("sampling")
+        if sampling is not None:
+            if policy.sampling.value == "off":
+                del out["sampling"]
+            else:
+                out["sampling"] = {k: v for k, v in sampling.items()
+                                   if not (k == "tools" and policy.sampling.value != "with-tools")
+                                   and not (k == "context" and not policy.sampling_context.value)}
+        elicitation = out.get("elicitation")
+        if elicitation is not None:
+            if policy.elicitation.value == "off":
+                del out["elicitation"]
+            elif policy.elicitation.value == "form":
+                if HostCapabilities.from_client_capabilities({"elicitation": elicitation}).elicitation_form:
+                    out["elicitation"] = {k: v for k, v in elicitation.items() if k != "url"}
+                else:  # the host takes URL mode only, which the policy refuses
+                    del out["elicitation"]
+        if "roots" in out:
+            if not policy.roots.value:
+                del out["roots"]
+            elif era is Era.MODERN:
+                out["roots"] = {}
+        return out
 
     def decide_question(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any]) -> Decision:
         host = HostCapabilities.from_client_capabilities(capabilities)

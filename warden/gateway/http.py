@@ -37,7 +37,7 @@ import re
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 import msgspec
@@ -45,12 +45,15 @@ import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
 
+from warden.auth import Refusal, ResourceServer
 from warden.errors import ConfigError, RemoteProtocolError
+from warden.escape import for_terminal
 from warden.gateway.core import Gateway
-from warden.gateway.http_access import AccessPolicy, bearer_matches, is_loopback, valid_token
+from warden.gateway.http_access import AccessPolicy, bearer_matches, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
 from warden.gateway.link import HostLink
 from warden.gateway.shaping import routable_client_capabilities
+from warden.loopback import is_loopback
 from warden.protocol.eras import (
     CLIENT_REQUESTS,
     LEGACY_VERSIONS,
@@ -80,8 +83,9 @@ from warden.protocol.messages import (
     id_key,
     parse_message,
 )
+from warden.protocol.session import Reply
 from warden.protocol.sse import encode_comment, encode_event
-from warden.upstream.connection import Reply
+from warden.secrets import Redactor
 
 __all__ = ["HttpFace", "HttpOptions", "serve_http"]
 
@@ -108,7 +112,8 @@ _PRIMING_FROM: Final = "2025-11-25"
 class HttpOptions:
     """How the HTTP face listens and whom it lets in.
 
-    ``token`` is the bearer token every request must carry; ``insecure_no_auth`` drops that requirement and is
+    ``token`` is the bearer token every request must carry (or, with ``resource_server``, a JWT that server
+    accepts: :mod:`warden.auth.resource_server`); ``insecure_no_auth`` drops that requirement and is
     refused unless ``host`` is a loopback address (SEC03, SEC04). ``allow_hosts`` adds names ``Host`` may carry
     (the loopback names are allowed for a loopback bind); ``allow_origins`` adds origins browsers may send from
     (``scheme://host[:port]``; warden's own address is always allowed).
@@ -138,11 +143,16 @@ class HttpOptions:
     """How long a finished legacy response stays available to a client resuming with ``Last-Event-ID``."""
     question_timeout: float = 600.0
     """How long warden waits for a legacy host to answer a server's question."""
+    resource_server: ResourceServer | None = None
+    redactor: Redactor = field(default_factory=Redactor)
+    """The process's secrets registry, applied to every response body (see :func:`_redacting`)."""
 
     def __post_init__(self) -> None:
         if self.insecure_no_auth and self.token is not None:
             raise ConfigError("--no-auth and a bearer token exclude each other", hint="drop one of them")
-        if self.token is None and not self.insecure_no_auth:
+        if self.insecure_no_auth and self.resource_server is not None:
+            raise ConfigError("--no-auth and accepting OAuth tokens exclude each other", hint="drop one of them")
+        if self.token is None and not self.insecure_no_auth and self.resource_server is None:
             raise ConfigError("the HTTP endpoint has no bearer token",
                               hint="give a token (--token-file), or let warden make one in its state dir")
         if self.insecure_no_auth and not is_loopback(self.host):
@@ -303,9 +313,16 @@ class HttpFace:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
+        send = _redacting(send, self._options.redactor)
         request = _Request(scope)
         preflight = request.method == "OPTIONS" and bool(request.all(b"origin"))
-        refusal = self._admit(request, authenticate=not preflight)
+        resource_server = self._options.resource_server
+        refusal = self._admit(request, authenticate=not preflight and resource_server is None)
+        if refusal is None and resource_server is not None and not preflight:
+            if request.path == resource_server.metadata_path and request.method == "GET":
+                await self._send_json(_closing_unless_read(send, request), 200, resource_server.metadata())
+                return
+            refusal = await self._admit_token(request, resource_server)
         if refusal is not None:
             status, code, message, headers = refusal
             await self._refuse(_closing_unless_read(send, request), status, code, message, headers=headers)
@@ -363,6 +380,22 @@ class HttpFace:
             log.warning("refused an HTTP request without the right bearer token")  # never log what was sent
             return (401, INVALID_REQUEST, "Unauthorized: send the bearer token warden printed the location of",
                     [(b"www-authenticate", b'Bearer realm="warden"')])
+        return None
+
+    async def _admit_token(self, request: _Request, resource_server: ResourceServer,
+                           ) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
+        """The static bearer token, or else a JWT the resource server accepts (401/403 with ``WWW-Authenticate``
+        naming warden's protected resource metadata)."""
+        values = request.all(b"authorization")
+        token = self._options.token
+        if token is not None and bearer_matches(values, token):
+            return None
+        verdict = await resource_server.check(values)
+        if isinstance(verdict, Refusal):
+            return verdict.status, INVALID_REQUEST, verdict.message, [
+                (b"www-authenticate", verdict.challenge.encode("ascii", "replace"))]
+        log.info("request of %s (scopes: %s)", for_terminal(verdict.subject[:200]),
+                 for_terminal(" ".join(verdict.scopes)[:200]))
         return None
 
     # -- responses ----------------------------------------------------------------------------------------------
@@ -808,6 +841,34 @@ def _preflight_headers(request: _Request) -> list[tuple[bytes, bytes]]:
     allowed = [h.strip() for h in asked if h.strip() in _CORS_HEADERS or h.strip().startswith(b"mcp-param-")]
     return [(b"access-control-allow-methods", b"GET, POST, DELETE"),
             (b"access-control-allow-headers", b", ".join(allowed)), (b"access-control-max-age", b"600")]
+
+
+def _redacting(send: _Send, redactor: Redactor) -> _Send:
+    """``send`` with every body through the secrets registry: the HTTP channel's one redaction point (JSON
+    answers, SSE events, warden's own refusals). A response start waits for its first body, so a ``content-length``
+    stays true when redaction changed a complete body."""
+    if not redactor:
+        return send
+    held: list[_Message] = []
+
+    async def redacting_send(message: _Message) -> None:
+        if message["type"] == "http.response.start":
+            held.append(message)
+            return
+        if message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            cleaned = redactor.wire(body)
+            if cleaned is not body:
+                message = {**message, "body": cleaned}
+            if held:
+                start = held.pop()
+                if cleaned is not body and not message.get("more_body", False):
+                    start = {**start, "headers": [(k, b"%d" % len(cleaned)) if k.lower() == b"content-length"
+                                                  else (k, v) for k, v in start.get("headers", ())]}
+                await send(start)
+        await send(message)
+
+    return redacting_send
 
 
 def _closing_unless_read(send: _Send, request: _Request) -> _Send:

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from typing import Final, final
 
 from warden.errors import ConfigError
+from warden.loopback import is_loopback
 
 __all__ = [
     "LOOPBACK_NAMES",
     "MIN_TOKEN_LENGTH",
     "AccessPolicy",
     "bearer_matches",
-    "is_loopback",
     "parse_bind",
     "valid_token",
 ]
@@ -42,17 +42,6 @@ _TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 # host [":" port], where host is a bracketed IPv6 literal or a reg-name / IPv4 address (RFC 3986 authority).
 _AUTHORITY: Final = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9\-._~%!$&'()*+,;=]+)(?::([0-9]{1,5}))?")
 _ORIGIN: Final = re.compile(r"(https?)://(.+)")
-
-
-def is_loopback(host: str) -> bool:
-    """True for ``localhost`` and any loopback address (``127.0.0.0/8``, ``::1``), bracketed or not."""
-    name = host.strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def _unspecified(host: str) -> bool:

@@ -21,6 +21,7 @@ from typing import Final, final
 
 import trio
 
+from warden.errors import RemoteProtocolError
 from warden.protocol.sse import encode_event
 
 __all__ = ["EventLog", "StreamGap"]
@@ -28,7 +29,7 @@ __all__ = ["EventLog", "StreamGap"]
 _MAX_RETAINED_EVENTS: Final = 4096
 
 
-class StreamGap(Exception):
+class StreamGap(RemoteProtocolError):
     """A reader asked for events the log no longer holds (it fell too far behind, or resumed too late)."""
 
 

@@ -20,7 +20,7 @@ from typing import Final
 from warden.durable import fsync_directory, write_new_file
 from warden.errors import ConfigError, StateError
 from warden.gateway.http_access import MIN_TOKEN_LENGTH, valid_token
-from warden.paths import ensure_private_dir
+from warden.paths import ensure_private_dir, private_problem
 
 __all__ = ["MAX_TOKEN_FILE", "load_or_create_token", "read_token_file", "token_path"]
 
@@ -43,12 +43,10 @@ def _read_private(path: Path, *, what: str, error: type[ConfigError] | type[Stat
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise error(f"{what} {path} is not a regular file", hint="point at a file holding only the token")
-        if st.st_uid != os.geteuid():
-            raise error(f"{what} {path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})",
-                        hint="use a token file you own")
-        if st.st_mode & 0o077:
-            raise error(f"{what} {path} has mode {stat.S_IMODE(st.st_mode):04o}: other users could read the token",
-                        hint=f"run: chmod 600 {path}")
+        problem = private_problem(st, mode=0o600)
+        if problem is not None:
+            raise error(f"{what} {path} {problem}: other users could read the token",
+                        hint=f"use a token file you own, with mode 0600 (chmod 600 {path})")
         data = os.read(fd, MAX_TOKEN_FILE + 1)
     finally:
         os.close(fd)

@@ -8,6 +8,7 @@ stateless side) and hands the gateway a :class:`Sink` per request: where message
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 from collections.abc import Mapping
@@ -17,15 +18,10 @@ from typing import Any, Protocol, final
 import trio
 
 from warden.errors import RemoteProtocolError
+from warden.policy import HostCapabilities
 from warden.protocol.eras import Era, negotiate_legacy
-from warden.protocol.messages import (
-    INVALID_REQUEST,
-    REQUEST_TIMEOUT,
-    encode_json,
-    encode_notification,
-    encode_request,
-)
-from warden.upstream.connection import Reply
+from warden.protocol.messages import INVALID_REQUEST, REQUEST_TIMEOUT
+from warden.protocol.session import Answered, Dropped, Reply, Session, string_ids
 
 log = logging.getLogger(__name__)
 
@@ -58,13 +54,27 @@ def host_name(client_info: Any) -> str | None:
 @final
 @dataclass(slots=True)
 class LegacyHost:
-    """What a legacy host settled in ``initialize``: it holds for the whole session."""
+    """What a legacy host settled in ``initialize``: it holds for the whole session, so what requests derive from
+    it (their :class:`Context`, the capabilities policy reads) is built once, not per request."""
 
     version: str
     capabilities: dict[str, Any]
     client: str | None
     log_level: str | None = None
     initialized: bool = False
+    host_capabilities: HostCapabilities = field(init=False)
+    _context: Context | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.host_capabilities = HostCapabilities.from_client_capabilities(self.capabilities)
+
+    def context(self, progress_token: Any = None) -> Context:
+        """The context of one request of this host (``logging/setLevel`` may have changed the level since)."""
+        cached = self._context
+        if cached is None or cached.log_level != self.log_level:
+            cached = self._context = Context(Era.LEGACY, self.version, self.capabilities, self.log_level,
+                                             client=self.client)
+        return cached if progress_token is None else dataclasses.replace(cached, progress_token=progress_token)
 
 
 @final
@@ -93,8 +103,9 @@ class _Question:
 
 @final
 class HostLink:
-    """One downstream peer: a stdio host, or one HTTP session. Holds its handshake state and the questions warden
-    asked it that still await an answer.
+    """One downstream peer: a stdio host, or one HTTP session. Holds its handshake state and its session engine
+    (:class:`~warden.protocol.session.Session`): the host's requests in flight, and the questions warden asked it
+    that still await an answer.
 
     ``unsolicited`` is where messages not tied to a request go (server notifications, spontaneous questions):
     the stdio channel, or an HTTP GET stream while one is open.
@@ -103,11 +114,11 @@ class HostLink:
     def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
         self.name = name
         self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
+        self.session_key = f"link-{self.id}"  # the host session flow taint is kept for (stdio: the host process)
         self.legacy: LegacyHost | None = None
         self.unsolicited: Sink | None = None
-        self._questions: dict[bytes, _Question] = {}
-        self._next_question = 0
-        self._question_timeout = question_timeout
+        self.session: Session[_Question] = Session(ids=string_ids, request_timeout=question_timeout,
+                                                   max_request_time=question_timeout, progress_prefix=None)
 
     @property
     def era(self) -> Era:
@@ -115,33 +126,35 @@ class HostLink:
 
     async def ask(self, sink: Sink, method: str, params: Mapping[str, Any]) -> Reply:
         """Put a question to the host on ``sink`` under a warden id (PX17) and wait for its answer."""
-        self._next_question += 1
-        id_raw = b'"warden-%d"' % self._next_question
         question = _Question()
-        self._questions[id_raw] = question
+        message, pending = self.session.send_request(method, dict(params), now=trio.current_time(),
+                                                     waiter=question, progress=False)
         try:
-            await sink.send(encode_request(id_raw, method, encode_json(dict(params))))
-            with trio.move_on_after(self._question_timeout):
+            await sink.send(message)
+            with trio.move_on_at(pending.deadline):
                 await question.event.wait()
         except trio.ClosedResourceError:
             pass
         finally:
-            self._questions.pop(id_raw, None)
+            cancel = self.session.give_up(pending, "no answer in time") if question.reply is None else None
         if question.reply is None:
-            with contextlib.suppress(trio.ClosedResourceError):
-                await sink.send(encode_notification("notifications/cancelled", encode_json(
-                    {"requestId": id_raw.decode().strip('"'), "reason": "no answer in time"})))
+            if cancel is not None:
+                with contextlib.suppress(trio.ClosedResourceError):
+                    await sink.send(cancel)
             return Reply.failure(REQUEST_TIMEOUT, f"the client did not answer {method} in time")
         return question.reply
 
     def answer(self, id_raw: bytes, reply: Reply) -> None:
         """The host answered a question. A response to an id warden did not ask is dropped (invariant 9)."""
-        question = self._questions.pop(id_raw, None)
-        if question is None:
-            log.warning("%s: dropped a response to unknown id %s", self.name, id_raw[:64].decode("utf-8", "replace"))
+        self.settled(self.session.settle(id_raw, reply))
+
+    def settled(self, event: Answered[_Question] | Dropped) -> None:
+        """Wake the question an answer settled, or log one nobody asked for (invariant 9)."""
+        if isinstance(event, Dropped):
+            log.warning("%s: dropped a response to unknown id %s", self.name, event.id[:64].decode("utf-8", "replace"))
             return
-        question.reply = reply
-        question.event.set()
+        event.pending.waiter.reply = event.reply
+        event.pending.waiter.event.set()
 
     def accept_initialize(self, params: Mapping[str, Any]) -> None:
         """Take the legacy handshake's state at once, so requests pipelined behind ``initialize`` see it.

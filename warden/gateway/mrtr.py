@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,9 @@ from typing import Any, Final, final
 import trio
 
 from warden.errors import StateError, WardenError
+from warden.paths import private_problem
 from warden.protocol.messages import REQUEST_TIMEOUT
-from warden.upstream.connection import Reply
+from warden.protocol.session import Reply
 
 STATE_KEY_FILE: Final = "request-state.key"
 
@@ -53,7 +53,7 @@ def load_state_key(state_dir: Path) -> bytes:
             key = f.read(64)
     except OSError as exc:
         raise StateError(f"cannot read {path}: {exc.strerror}", hint="remove it; warden makes a new one") from exc
-    if stat.S_IMODE(st.st_mode) & 0o077 or st.st_uid != os.geteuid() or len(key) != 32:
+    if private_problem(st, mode=0o600) is not None or len(key) != 32:
         raise StateError(f"{path} is not a private 32-byte key of ours", hint="remove it; warden makes a new one")
     return key
 

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
+import trio
+
 from warden import audit
 from warden.errors import AuditError
-from warden.policy import Decision, Detection, Effect, PinEntry
+from warden.policy import ContentFinding, Decision, Detection, Effect, PinEntry
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,12 @@ _PIN_EVENTS: Final = {"new": audit.Event.PIN_CREATED, "changed": audit.Event.PIN
                       "reverted": audit.Event.PIN_APPROVED}
 _CONSENT: Final = {"trust-on-first-use": audit.Consent.TRUST_ON_FIRST_USE, "elicitation": audit.Consent.ELICITATION}
 _TARGET_MAX: Final = 2000  # tool and prompt names, resource URIs
+
+
+def _redactions(found: Sequence[tuple[str, str]]) -> tuple[audit.Redaction, ...]:
+    """What content rules cut out, by rule and digest, each once, at most as many as a record holds."""
+    unique = list(dict.fromkeys(found))[:audit.MAX_REDACTIONS]
+    return tuple(audit.Redaction(rule=rule, digest=digest) for rule, digest in unique)
 _TEXT_MAX: Final = 4000  # reasons and errors (a server's error text is the server's to choose)
 _RULE_MAX: Final = 256
 
@@ -35,13 +43,14 @@ class Recorder:
     ``--unsafe-no-audit`` (warned about at start); every method is then a no-op."""
 
     def __init__(self, log_: audit.AuditLog | None, *, server: str, server_id: str, policy_digest: str,
-                 sandbox_digest: str | None, detail: str) -> None:
+                 sandbox_digest: str | None, detail: str, sandbox_notes: Sequence[str] = ()) -> None:
         self._log = log_
         self._server = server
         self._server_id = server_id
         self._policy = policy_digest
         self._sandbox = sandbox_digest
         self._detail = audit.Detail(detail)
+        self._sandbox_notes = "; ".join(sandbox_notes) or None  # limits enforced weaker than written
 
     def _record(self, event: audit.Event, **fields: Any) -> audit.Record:
         return audit.Record(event=event, server_name=self._server, server_id=self._server_id, **fields)
@@ -68,7 +77,8 @@ class Recorder:
     async def launched(self, label: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_LAUNCHED, sandbox_digest=self._sandbox,
                                                 policy_digest=self._policy,
-                                                target=audit.bounded_text(label, _TARGET_MAX)))
+                                                target=audit.bounded_text(label, _TARGET_MAX),
+                                                reason=self._sandbox_notes))
 
     async def exited(self, reason: str) -> None:
         await self._append_quietly(self._record(audit.Event.SERVER_EXITED, error=audit.bounded_text(reason, _TEXT_MAX)))
@@ -97,9 +107,12 @@ class Recorder:
 
     async def decided(self, *, method: str, target: str, decision: Decision, approval: PinEntry | None,
                       request: bytes | None, client: str | None, arguments: Mapping[str, Any] | None = None,
-                      confirmed: bool = False) -> int | None:
+                      confirmed: bool = False, findings: Sequence[ContentFinding] = (),
+                      consent: audit.Consent | None = None) -> int | None:
         """Record a decision on a request of the host named ``client``; returns the record's index (to tie the
-        outcome to it).
+        outcome to it). ``consent``: how a human confirmed it, when not in-band (the approval webhook).
+        ``findings``: what the content rules found in the arguments: recorded by digest, and their values are kept
+        out of the recorded arguments at every detail level.
 
         Raises:
             AuditError: the decision allowed the action but the log could not make it durable: refuse it.
@@ -107,9 +120,11 @@ class Recorder:
         if self._log is None:
             return None
         allowed = decision.effect is Effect.ALLOW
-        consent: audit.Consent | None = None
+        given, consent = consent, None
         if allowed:
-            if confirmed:
+            if given is not None:
+                consent = given
+            elif confirmed:
                 consent = audit.Consent.ELICITATION
             elif approval is not None and approval.approved_by:
                 consent = _CONSENT.get(approval.approved_by, audit.Consent.TERMINAL)
@@ -122,26 +137,42 @@ class Recorder:
             decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
             consent=consent, reason=audit.bounded_text(decision.reason, _TEXT_MAX),
             request_digest=audit.digest(request) if request is not None else None,
-            arguments=audit.Arguments.capture(arguments, self._detail) if arguments is not None else None,
-            sandbox_digest=self._sandbox)
+            arguments=audit.Arguments.capture(arguments, self._detail, secret_values=[f.value for f in findings])
+            if arguments is not None else None,
+            redactions=_redactions([(f.rule, f.digest) for f in findings]),
+            sandbox_digest=self._sandbox,
+            evidence_index=decision.evidence.index if decision.evidence is not None else None)
         if allowed:
             return await self._append(record)
         await self._append_quietly(record)
         return None
 
     def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
-                outcome: audit.Outcome | None = None) -> None:
+                outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = ()) -> None:
         """Record how an allowed action ended. Nothing waits for this one to be durable (the decision was), so it
-        is queued and the answer goes out at once."""
+        is queued and the answer goes out at once: the record is even built on the event loop's next pass, after
+        the answer this call returns was written (the channel writes inline), so its digest and encoding are not
+        in the host's round trip."""
         if index is None or self._log is None:
             return
+        trio.lowlevel.current_trio_token().run_sync_soon(self._outcome, index, method, result, error, outcome,
+                                                         redactions)
+
+    def _outcome(self, index: int, method: str, result: bytes | None, error: str | None,
+                 outcome: audit.Outcome | None, redactions: Sequence[tuple[str, str]] = ()) -> None:
+        """The outcome record itself. Runs as a callback of the event loop, where an exception would end warden
+        rather than this call: whatever goes wrong is logged instead (the decision is already durable)."""
+        assert self._log is not None
         kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
-        record = self._record(
-            audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
-            result_digest=audit.digest(result) if result is not None else None,
-            result_size=len(result) if result is not None else None,
-            error=audit.bounded_text(error, _TEXT_MAX) if error else None)
         try:
+            record = self._record(
+                audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
+                result_digest=audit.digest(result) if result is not None else None,
+                result_size=len(result) if result is not None else None,
+                error=audit.bounded_text(error, _TEXT_MAX) if error else None,
+                redactions=_redactions(redactions))
             self._log.append_later(record)
         except AuditError as exc:
-            self._could_not_record(record, exc)
+            log.error("%s: audit: could not record the outcome of %s: %s", self._server, method, exc.message)
+        except Exception:
+            log.exception("%s: audit: could not record the outcome of %s", self._server, method)

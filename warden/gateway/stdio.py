@@ -1,9 +1,10 @@
 """The stdio face: one host on a pair of pipes (warden's own stdin/stdout under ``warden run``).
 
-Reads the host's messages, runs each request in its own task (so a slow tool never blocks the others), maps the
-host's ``notifications/cancelled`` to that task, and hands the host's answers to questions back to its
-:class:`~warden.gateway.core.HostLink`. Unreadable input is answered with the JSON-RPC error that fits when its id
-can be found, and otherwise dropped and logged.
+The host's messages go through its link's session engine (:class:`~warden.protocol.session.Session`), which
+refuses a request id already in flight, maps the host's ``notifications/cancelled`` to the request it names (whose
+answer it then suppresses), and settles the host's answers to warden's questions. Each request runs in its own
+task, so a slow tool never blocks the others. Unreadable input is answered with the JSON-RPC error that fits when
+its id can be found, and otherwise dropped and logged.
 """
 
 from __future__ import annotations
@@ -16,20 +17,18 @@ import trio
 from warden.errors import RemoteProtocolError
 from warden.gateway.core import Gateway
 from warden.gateway.link import HostLink
-from warden.protocol.messages import (
-    INVALID_REQUEST,
-    ErrorResponse,
-    Invalid,
-    Notification,
-    Request,
-    Response,
-    decode_json,
-    decode_object,
-    encode_error,
-    id_key,
+from warden.protocol.messages import INVALID_REQUEST, decode_object, encode_error
+from warden.protocol.session import (
+    Answered,
+    Cancelled,
+    Dropped,
+    Event,
+    IncomingNotification,
+    IncomingRequest,
+    InvalidIncoming,
+    Reply,
 )
 from warden.transport.channel import MessageChannel
-from warden.upstream.connection import Reply
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +46,7 @@ class StdioHost:
 
     async def serve(self) -> None:
         self._gateway.attach(self.link)
+        session = self.link.session
         try:
             async with trio.open_nursery() as nursery:
                 while True:
@@ -54,65 +54,63 @@ class StdioHost:
                     if not batch:
                         break
                     for message in batch:
-                        if isinstance(message, Request):
-                            self._start(message, nursery)
-                        elif isinstance(message, Notification):
-                            await self._on_notification(message)
-                        elif isinstance(message, Response):
-                            self.link.answer(message.id, Reply(result=message.result))
-                        elif isinstance(message, ErrorResponse):
-                            if message.id is not None:
-                                self.link.answer(message.id, Reply(error=message.error, code=message.code,
-                                                                   message=message.message))
-                        else:
-                            await self._on_invalid(message)
+                        for event in session.receive(message, now=trio.current_time()):
+                            await self._on_event(event, nursery)
                 nursery.cancel_scope.cancel()
         finally:
             self._gateway.detach(self.link)
 
-    def _start(self, request: Request, nursery: trio.Nursery) -> None:
-        key = id_key(decode_json(request.id))
-        if key in self._tasks:
-            nursery.start_soon(self._send, encode_error(request.id, INVALID_REQUEST, "request id already in use"))
-            return
+    async def _on_event(self, event: Event, nursery: trio.Nursery) -> None:
+        if isinstance(event, IncomingRequest):
+            self._start(event, nursery)
+        elif isinstance(event, Cancelled):
+            scope = self._tasks.get(event.key)
+            if scope is not None:
+                scope.cancel()  # PX19: the upstream request is cancelled as the task unwinds
+        elif isinstance(event, IncomingNotification):
+            if event.notification.method != "notifications/cancelled":  # one for no request in flight: nothing
+                await self._gateway.host_notification(event.notification, self.link)
+        elif isinstance(event, Answered | Dropped):
+            self.link.settled(event)
+        elif isinstance(event, InvalidIncoming):
+            await self._on_invalid(event)
+
+    def _start(self, event: IncomingRequest, nursery: trio.Nursery) -> None:
+        request = event.request
         if request.method == "initialize":
             try:
                 self.link.accept_initialize(decode_object(request.params))
             except RemoteProtocolError as exc:
-                nursery.start_soon(self._send, encode_error(request.id, exc.jsonrpc_code, exc.message))
+                error = self.link.session.respond(event.key, request.id,
+                                                  encode_error(request.id, exc.jsonrpc_code, exc.message))
+                if error is not None:
+                    nursery.start_soon(self._send, error)
                 return
         scope = trio.CancelScope()
-        self._tasks[key] = scope
-        nursery.start_soon(self._run, request, key, scope)
+        self._tasks[event.key] = scope
+        nursery.start_soon(self._run, event, scope)
 
-    async def _run(self, request: Request, key: tuple[str, object], scope: trio.CancelScope) -> None:
+    async def _run(self, event: IncomingRequest, scope: trio.CancelScope) -> None:
         response: bytes | None = None
         with scope:
             try:
-                response = await self._gateway.handle(request, self.link, self._channel)
+                response = await self._gateway.handle(event.request, self.link, self._channel)
             finally:
-                self._tasks.pop(key, None)
-        if response is not None and not scope.cancelled_caught:
-            await self._send(response)
+                self._tasks.pop(event.key, None)
+        answer = self.link.session.respond(event.key, event.request.id, response or b"")
+        if response is not None and answer is not None and not scope.cancelled_caught:
+            await self._send(answer)
         # A request the host cancelled gets no response.
 
-    async def _on_notification(self, note: Notification) -> None:
-        if note.method == "notifications/cancelled":
-            scope = self._tasks.get(id_key(decode_object(note.params).get("requestId")))
-            if scope is not None:
-                scope.cancel()  # PX19: the upstream request is cancelled as the task unwinds
-            return
-        await self._gateway.host_notification(note, self.link)
-
-    async def _on_invalid(self, message: Invalid) -> None:
-        id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
-        log.warning("invalid message from the host: %s", reason)
-        if id_raw is None:
-            return
-        if is_request:
-            await self._send(encode_error(id_raw, code, reason))
-        else:  # an unreadable answer to a question warden asked: the question fails now, not at its timeout
-            self.link.answer(id_raw, Reply.failure(INVALID_REQUEST, f"the client sent an invalid response: {reason}"))
+    async def _on_invalid(self, event: InvalidIncoming) -> None:
+        message = event.invalid
+        log.warning("invalid message from the host: %s", message.reason)
+        if event.answer is not None:
+            await self._send(event.answer)
+        elif message.id is not None and not message.is_request:
+            # An unreadable answer to a question warden asked: the question fails now, not at its timeout.
+            self.link.answer(message.id, Reply.failure(INVALID_REQUEST,
+                                                       f"the client sent an invalid response: {message.reason}"))
 
     async def _send(self, message: bytes) -> None:
         try:

@@ -7,7 +7,7 @@ How the gateway uses this package (one upstream server ``S`` launched as ``argv`
     d = decide(launch_facts(sp))                                    # DENY -> do not start; print d.reason, d.hint
     # start with sp.sandbox.value, env built from sp.env_names.value; audit records carry sp.digest
     store = PinStore(ctx.private_state_dir())
-    manifest = launch_manifest(argv, sp.env_names.value, launcher.manifest(spec), sp.network.value)
+    manifest = launch_manifest(argv, sp.env_names.value, launcher.manifest(spec), sp.network.value.to_json())
     server_pin, detections = store.observe_server(S, manifest, on_new=sp.on_new.value)
     _, more = store.observe_instructions(S, init_result.get("instructions"), on_new=sp.on_new.value)
     obs = store.observe_list(S, "tool", all_pages_of_tools, on_new=sp.on_new.value)   # every list, every refresh
@@ -28,6 +28,15 @@ How the gateway uses this package (one upstream server ``S`` launched as ``argv`
 Public names are listed in ``__all__``; everything else is private.
 """
 
+from warden.policy._content import (
+    BUILTIN_DETECTORS,
+    ContentFinding,
+    ContentPolicy,
+    ContentScanner,
+    Screened,
+    screen_arguments,
+    screen_result,
+)
 from warden.policy._decide import (
     Decision,
     Effect,
@@ -46,6 +55,7 @@ from warden.policy._decide import (
     decide,
 )
 from warden.policy._effective import (
+    CeilingViolation,
     EffectivePolicy,
     GlobRule,
     LaunchCeilings,
@@ -55,16 +65,39 @@ from warden.policy._effective import (
     Source,
     load_effective_policy,
 )
-from warden.policy._explain import explain
+from warden.policy._explain import egress_lines, explain
+from warden.policy._flow import NEUTRAL, FlowPolicy, FlowRole, TaintMark, classify, qualified_name
 from warden.policy._fs import filter_roots, launch_facts, resolve_argument_paths, resolve_root
 from warden.policy._glob import GlobSyntaxError, compile_glob, glob_match
 from warden.policy._identity import identity_digest, launch_manifest
-from warden.policy._load import LoadedFile, load_policy_file
+from warden.policy._load import LoadedFile, load_policy_bytes, load_policy_file
+from warden.policy._taint import (
+    TaintedSession,
+    TaintLedger,
+    clear_session,
+    host_process_session,
+    host_session_ended,
+    tainted_sessions,
+)
+from warden.policy._values import (
+    env_line,
+    references,
+    resolve_env,
+    secret_reference,
+    unpassed_env,
+    unpassed_env_warning,
+)
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins import Detection, Finding, PinEntry, PinState, PinStore, scan_definition
 from warden.policy.pins._types import EntryKind
 
 __all__ = [
+    "BUILTIN_DETECTORS",
+    "NEUTRAL",
+    "CeilingViolation",
+    "ContentFinding",
+    "ContentPolicy",
+    "ContentScanner",
     "Decision",
     "Detection",
     "Effect",
@@ -73,6 +106,8 @@ __all__ = [
     "EntryKind",
     "Facts",
     "Finding",
+    "FlowPolicy",
+    "FlowRole",
     "GlobRule",
     "GlobSyntaxError",
     "HostCapabilities",
@@ -89,24 +124,44 @@ __all__ = [
     "RootFacts",
     "RootsRequestFacts",
     "SamplingFacts",
+    "Screened",
     "ServerPolicy",
     "Setting",
     "Source",
+    "TaintLedger",
+    "TaintMark",
+    "TaintedSession",
     "ToolCallFacts",
     "check_elicitation_url",
+    "classify",
+    "clear_session",
     "compile_glob",
     "decide",
+    "egress_lines",
+    "env_line",
     "explain",
     "filter_roots",
     "glob_match",
     "hidden_chars",
+    "host_process_session",
+    "host_session_ended",
     "identity_digest",
     "launch_facts",
     "launch_manifest",
     "load_effective_policy",
+    "load_policy_bytes",
     "load_policy_file",
+    "qualified_name",
+    "references",
     "render_visible",
     "resolve_argument_paths",
+    "resolve_env",
     "resolve_root",
     "scan_definition",
+    "screen_arguments",
+    "screen_result",
+    "secret_reference",
+    "tainted_sessions",
+    "unpassed_env",
+    "unpassed_env_warning",
 ]

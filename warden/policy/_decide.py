@@ -18,8 +18,11 @@ from enum import StrEnum
 from typing import Any, Final, final
 
 from warden.paths import within
+from warden.policy._content import ContentFinding
 from warden.policy._effective import GlobRule, LayerRules, ServerPolicy, Source
+from warden.policy._flow import NEUTRAL, FlowRole, TaintMark
 from warden.policy._glob import glob_match
+from warden.policy._regex import linear_fullmatch
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins._canonical import arguments_digest
 from warden.policy.pins._types import EntryKind, PinState
@@ -46,6 +49,8 @@ class Decision:
     rule: Source
     hint: str | None = None
     include_context: str | None = None
+    evidence: TaintMark | None = None
+    """A flow refusal or confirmation: the source call whose content tainted the session (its audit index)."""
 
     @property
     def allowed(self) -> bool:
@@ -122,7 +127,11 @@ class ListEntryFacts:
 class ToolCallFacts:
     """A ``tools/call``. ``consent_channel``: the host declared form elicitation for this request.
     ``confirmed_arguments_digest``: what a human confirmed (from :mod:`warden.consent`), if anything.
-    ``resolved_paths``: symlink-resolved values of path arguments (from ``resolve_argument_paths``)."""
+    ``resolved_paths``: symlink-resolved values of path arguments (from ``resolve_argument_paths``).
+    ``flow_role``: the tool's role in the flow policy (``warden.policy.classify``); ``taint``: the sources that
+    answered in this host session (``TaintLedger.marks``); ``session``: that session's key (for the hint).
+    ``approval_channel``: a human can be asked out of band (a webhook) to confirm a call, though not to approve
+    pins. ``content_findings``: what the content rules found in the arguments (``Guard.screen_arguments``)."""
 
     server: ServerPolicy
     tool: str
@@ -132,6 +141,11 @@ class ToolCallFacts:
     consent_channel: bool = False
     confirmed_arguments_digest: str | None = None
     resolved_paths: Mapping[str, str] = field(default_factory=dict)
+    flow_role: FlowRole = NEUTRAL
+    taint: tuple[TaintMark, ...] = ()
+    session: str | None = None
+    approval_channel: bool = False
+    content_findings: tuple[ContentFinding, ...] = ()
 
 
 @final
@@ -309,7 +323,7 @@ def _check_value(under: tuple[str, ...] | None, enum: tuple[Any, ...] | None, pa
                  max_length: int | None, value: Any, real: str | None) -> str | None:
     if enum is not None and not any(type(value) is type(e) and value == e for e in enum):
         return f"is {render_visible(repr(value))}, not one of {list(enum)!r}"
-    if pattern is not None and (not isinstance(value, str) or re.fullmatch(pattern, value) is None):
+    if pattern is not None and (not isinstance(value, str) or not linear_fullmatch(pattern, value)):
         return f"does not match {pattern!r}"
     if max_length is not None and isinstance(value, str) and len(value) > max_length:
         return f"is longer than {max_length} characters"
@@ -363,12 +377,24 @@ def _decide_tool(f: ToolCallFacts) -> Decision:
     arg = _argument_check(f)
     if arg is not None:
         return arg
+    held = next((c for c in f.content_findings if c.action == "deny"), None)
+    if held is not None:
+        return Decision(Effect.DENY, f"argument {held.where.removeprefix('arguments.')!r} of tool "
+                                     f"{render_visible(f.tool)!r} holds a credential ({held.rule}, {held.digest}); "
+                                     "content rule action 'deny'", held.source,
+                        hint="nothing was sent; give a server its credentials through its env (the secrets store), "
+                             "never through a model's arguments")
     shown = render_visible(f.tool)
+    confirmed = f.confirmed_arguments_digest is not None and f.confirmed_arguments_digest == arguments_digest(
+        f.arguments)
+    flow = _flow_check(f, shown, confirmed)
+    if flow is not None:
+        return flow
     if confirm is not None:
-        if f.confirmed_arguments_digest is not None and f.confirmed_arguments_digest == arguments_digest(f.arguments):
+        if confirmed:
             return Decision(Effect.ALLOW, f"tool {shown!r}: a human confirmed this call with exactly these "
                                           "arguments", confirm.source)
-        if f.consent_channel:
+        if f.consent_channel or f.approval_channel:
             return Decision(Effect.CONFIRM, f"tool {shown!r} needs a human to confirm each call "
                                             f"(rule {confirm.pattern!r})", confirm.source)
         who = "your administrator" if confirm.source.layer == "org" else f"you can remove the rule at {confirm.source}"
@@ -376,6 +402,33 @@ def _decide_tool(f: ToolCallFacts) -> Decision:
                                      "and the host declared no form elicitation to ask through", confirm.source,
                         hint=f"use a host that supports form elicitation; otherwise {who}")
     return Decision(Effect.ALLOW, f"tool {shown!r} is approved and allowed", allow_src or _builtin("allow"))
+
+
+def _flow_check(f: ToolCallFacts, shown: str, confirmed: bool) -> Decision | None:
+    """A sink called in a session a source has tainted: refused, or confirmed by a human per ``on_violation``.
+    The decision names the sink's rule and carries the first source as evidence."""
+    sink = f.flow_role.sink
+    if sink is None or not f.taint:
+        return None
+    first = f.taint[0]
+    sources = ", ".join(m.describe() for m in f.taint[:3]) + (f" and {len(f.taint) - 3} more" if len(f.taint) > 3
+                                                              else "")
+    what = (f"tool {shown!r} can send data out (a flow sink), and this host session already holds untrusted "
+            f"content from {sources}")
+    clear = (f"if that content is safe, clear the session's taint in a terminal: warden flow clear {f.session}"
+             if f.session else "start a new host session")
+    on_violation = f.server.flow.on_violation
+    if on_violation.value == "confirm":
+        if confirmed:
+            return Decision(Effect.ALLOW, f"{what}; a human confirmed this call with exactly these arguments",
+                            sink, evidence=first)
+        if f.consent_channel or f.approval_channel:
+            return Decision(Effect.CONFIRM, f"{what}; a human must confirm this call", sink, evidence=first)
+        return Decision(Effect.DENY, f"{what}; on_violation = 'confirm' but no human can be asked (no form "
+                                     "elicitation, no [approvals] channel)", sink, evidence=first,
+                        hint=f"configure [approvals], or {clear}")
+    return Decision(Effect.DENY, f"{what} (flow.on_violation = 'deny' <- {on_violation.source})", sink,
+                    evidence=first, hint=clear)
 
 
 def _flat_schema_problem(schema: Mapping[str, Any] | None) -> str | None:
@@ -538,6 +591,14 @@ def _decide_launch(f: LaunchFacts) -> Decision:
             if not any(within(real, r) for b in ceiling.value if (r := f.real_paths.get(b)) is not None):
                 return Decision(Effect.DENY, f"sandbox {label} dir {d!r} leads through a symlink to {real!r}, "
                                              f"outside the org's {label}_dirs", ceiling.source)
+    if s.network_violations:
+        violation = s.network_violations[0]
+        return Decision(Effect.DENY, violation.message, violation.source,
+                        hint="narrow the entry to what the org policy allows, or ask your administrator")
+    if s.network.value.enabled and sandbox.kind != "bwrap":
+        return Decision(Effect.DENY, f"network.allow is enforced by warden's egress proxy, which only bwrap "
+                                     f"sandboxes use; sandbox kind {sandbox.kind!r} cannot enforce it",
+                        s.network.source, hint='use sandbox kind "bwrap", or remove network.allow')
     if sandbox.network != "none":  # pragma: no cover - the model admits only "none" for now
         return Decision(Effect.DENY, "network access is not available yet", _builtin("network"))
     return Decision(Effect.ALLOW, f"launch of {render_visible(line)!r} allowed", rule)

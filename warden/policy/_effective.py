@@ -7,7 +7,10 @@ Rules of combination (each is what makes "a user config can only narrow" true by
   ``allow`` replaces the file's ``[defaults]`` ``allow``; ``deny``, ``confirm`` and ``arguments`` add up.
 * ordered settings take the least permissive value: ``on_new`` (deny < ask < tofu), ``on_changed``
   (deny < ask), ``sampling`` (off < on < with-tools), ``elicitation`` (off < form < url),
-  ``sampling_context``; ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being
+  ``sampling_context``, ``install_scripts`` (never < sandboxed), ``flow.on_violation`` (deny < confirm),
+  ``flow.annotations`` (on < off); ``flow`` sources and sinks add up over both layers, and an ``exempt`` only
+  undoes roles of its own layer (``_flow.py``); ``release_age_hours`` takes the longest wait;
+  ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being
   a floor.
 * roots: a user root survives only inside an org root (when the org lists any); sandbox limits are clamped to the
   org's ``[org.limits]``.
@@ -25,15 +28,22 @@ from typing import Any, Generic, Literal, TypeVar, final
 
 from pydantic import BaseModel
 
+from warden.egress import EgressRules, parse_allow_entry, parse_network
 from warden.errors import ConfigError
 from warden.paths import within
+from warden.policy._content import ContentPolicy
+from warden.policy._flow import FlowPolicy
 from warden.policy._load import LoadedFile, dotted, load_policy_file, org_policy_path
 from warden.policy._model import (
     AUDIT_ORDER,
+    CONTENT_ACTION_ORDER,
     ELICITATION_ORDER,
+    FLOW_VIOLATION_ORDER,
+    INSTALL_SCRIPTS_ORDER,
     ON_CHANGED_ORDER,
     ON_NEW_ORDER,
     SAMPLING_ORDER,
+    ApprovalsTable,
     ArgumentRule,
     ServerEntry,
     _server_name,
@@ -109,6 +119,15 @@ class LaunchCeilings:
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class CeilingViolation:
+    """A policy problem found while layering (not a decision): what is wrong, and the rule that makes it wrong."""
+
+    message: str
+    source: Source
+
+
+@final
 @dataclass(frozen=True)
 class ServerPolicy:
     """Everything warden enforces for one server; built by :meth:`EffectivePolicy.server`, consumed by
@@ -119,7 +138,7 @@ class ServerPolicy:
     declared_argv: Setting[tuple[str, ...]] | None
     env_names: Setting[tuple[str, ...]]
     sandbox: Setting[SandboxSettings]
-    network: Setting[str]
+    network: Setting[EgressRules]
     tools: tuple[LayerRules, ...]
     prompts: tuple[LayerRules, ...]
     resources: tuple[LayerRules, ...]
@@ -132,8 +151,21 @@ class ServerPolicy:
     on_new: Setting[str]
     on_changed: Setting[str]
     ceilings: LaunchCeilings
+    release_age_hours: Setting[int]
+    install_scripts: Setting[str]
+    flow: FlowPolicy
+    content: ContentPolicy
+    approvals: Setting[ApprovalsTable] | None = None
     notes: tuple[str, ...] = ()
     policy_files: Mapping[str, str] = field(default_factory=dict)
+    network_violations: tuple[CeilingViolation, ...] = ()
+    """User egress entries outside the org's ceiling: the launch is refused (and ``policy check`` fails)."""
+    env_values: Mapping[str, str] = field(default_factory=dict)
+    """Each passed variable's value as the config writes it (``${secret:S}``, ``${env:V}``, a literal);
+    resolved at launch by :func:`warden.policy.resolve_env`."""
+    auth: Mapping[str, Any] = field(default_factory=dict)
+    """A remote server's ``auth`` table as written (``type = "oauth"`` and its settings, see
+    :func:`warden.auth.oauth_settings`); not policy, so not in the digest."""
 
     def to_json(self) -> dict[str, Any]:
         """The effective values (no sources), for audit records and the digest."""
@@ -145,14 +177,19 @@ class ServerPolicy:
         c = self.ceilings
         return {
             "name": self.name, "argv": list(self.argv),
-            "env": list(self.env_names.value), "sandbox": self.sandbox.value.model_dump(mode="json"),
-            "network": self.network.value,
+            "env": list(self.env_names.value), **({"env_values": dict(self.env_values)} if any(
+                v != "${env:" + k + "}" for k, v in self.env_values.items()) else {}),
+            "sandbox": self.sandbox.value.model_dump(mode="json"),
+            "network": self.network.value.to_json(),
             "tools": rules(self.tools), "prompts": rules(self.prompts), "resources": rules(self.resources),
             "arguments": [a.rule.model_dump(mode="json") for a in self.arguments],
             "capabilities": {"sampling": self.sampling.value, "sampling_context": self.sampling_context.value,
                              "elicitation": self.elicitation.value, "roots": list(self.roots.value)},
             "audit_arguments": self.audit_arguments.value, "on_new": self.on_new.value,
             "on_changed": self.on_changed.value,
+            "release_age_hours": self.release_age_hours.value, "install_scripts": self.install_scripts.value,
+            "flow": self.flow.to_json(), "content": self.content.to_json(),
+            "approvals": None if self.approvals is None else self.approvals.value.model_dump(mode="json"),
             "org": {"commands": None if c.commands is None else [g.pattern for g in c.commands],
                     "env": None if c.env is None else [g.pattern for g in c.env],
                     "sandbox_kinds": None if c.sandbox_kinds is None else list(c.sandbox_kinds.value),
@@ -215,6 +252,49 @@ class _FileView:
         return tuple(out)
 
 
+def _network_table(view: _FileView) -> tuple[tuple[str, ...], Any] | None:
+    """The ``network`` value this file gives the server (its server table first, then ``[defaults]``), with the
+    key path it was found at; None when the file does not set it."""
+    for prefix, table in view.tables():
+        found, value = _set_along(table, ("network",))
+        if found:
+            return prefix, value
+    return None
+
+
+def _egress(user: _FileView, org: _FileView) -> tuple[Setting[EgressRules], tuple[CeilingViolation, ...]]:
+    """The effective egress: the user's entries, each inside the org's ceiling when the org sets one (an org
+    ``network = "none"`` is a ceiling of nothing). Entries outside are reported, never silently dropped."""
+    picked = _network_table(user)
+    if picked is None or picked[1] == "none":
+        source = user.source((*picked[0], "network")) if picked else Source("default", None, None, "network")
+        return Setting(EgressRules(), source), ()
+    prefix, table = picked
+    sources = [(entry, str(user.source((*prefix, "network", "allow", i)))) for i, entry in enumerate(table.allow)]
+    sources += [(entry, str(user.source((*prefix, "network", "allow_addresses", i))))
+                for i, entry in enumerate(table.allow_addresses)]
+    rules = EgressRules.parse(table.allow, table.allow_addresses, sources)
+    problems: list[CeilingViolation] = []
+    ceiling = _network_table(org)
+    if ceiling is not None:
+        org_prefix, org_table = ceiling
+        org_allow = () if org_table == "none" else tuple(parse_allow_entry(e) for e in org_table.allow)
+        org_ranges = () if org_table == "none" else tuple(parse_network(a) for a in org_table.allow_addresses)
+        org_src = org.source((*org_prefix, "network"))
+        for i, entry in enumerate(rules.allow):
+            if not any(entry.within(c) for c in org_allow):
+                problems.append(CeilingViolation(
+                    f"network.allow entry {entry.text!r} ({user.source((*prefix, 'network', 'allow', i))}) lies "
+                    f"outside the org's egress ceiling", org_src))
+        for i, network in enumerate(rules.allow_addresses):
+            if not any(network.version == r.version and network.subnet_of(r) for r in org_ranges):  # type: ignore[arg-type]
+                problems.append(CeilingViolation(
+                    f"network.allow_addresses entry '{network}' "
+                    f"({user.source((*prefix, 'network', 'allow_addresses', i))}) lies outside the org's "
+                    "allow_addresses", org_src))
+    return Setting(rules, user.source((*prefix, "network"))), tuple(problems)
+
+
 def _least(order: Sequence[Any], *settings: Setting[Any] | None) -> Setting[Any]:
     present = [s for s in settings if s is not None]
     return min(present, key=lambda s: order.index(s.value))
@@ -269,9 +349,14 @@ class EffectivePolicy:
         if entry is not None and entry.command is not None:
             declared = Setting((entry.command, *(entry.args or ())),
                                user.source(("servers", name, "command")))
+        elif entry is not None and entry.url is not None:
+            declared = Setting((entry.url,), user.source(("servers", name, "url")))
         use_argv = tuple(argv) if argv is not None else (declared.value if declared else ())
 
-        env = user.pick(("env",)) or Setting((), Source("default", None, None, "env"))
+        env_spec = user.pick(("env",)) or Setting((), Source("default", None, None, "env"))
+        env_values = (dict(env_spec.value) if isinstance(env_spec.value, dict)
+                      else {n: "${env:" + n + "}" for n in env_spec.value})
+        env = Setting(tuple(env_values), env_spec.source)
         sandbox_s = user.pick(("sandbox",)) or Setting(SandboxSettings(), Source("default", None, None, "sandbox"))
         sandbox: SandboxSettings = sandbox_s.value
         ceilings = LaunchCeilings()
@@ -316,6 +401,15 @@ class EffectivePolicy:
             audit = o_audit
             notes.append(f"audit_arguments raised to {o_audit.value!r} by {o_audit.source}")
 
+        install_scripts = least(INSTALL_SCRIPTS_ORDER, ("install_scripts",), "never")
+        u_age = user.pick(("release_age_hours",)) or Setting(72, Source("default", None, None, "release_age_hours"))
+        o_age = org.pick(("release_age_hours",))
+        release_age = u_age
+        if o_age is not None and o_age.value > u_age.value:
+            release_age = o_age
+            notes.append(f"release_age_hours = {u_age.value} ({u_age.source}) raised to {o_age.value} by "
+                         f"{o_age.source}")
+
         roots_u = user.pick(("capabilities", "roots")) or Setting((), Source("default", None, None,
                                                                             "capabilities.roots"))
         roots_o = org.pick(("capabilities", "roots"))
@@ -331,24 +425,54 @@ class EffectivePolicy:
                           for view in (org, user) for prefix, table in view.tables()
                           if "arguments" in table.model_fields_set for i, r in enumerate(table.arguments))
 
+        flow = FlowPolicy(
+            sources=org.globs(("flow", "sources")) + user.globs(("flow", "sources")),
+            sinks=org.globs(("flow", "sinks")) + user.globs(("flow", "sinks")),
+            exempt=org.globs(("flow", "exempt")) + user.globs(("flow", "exempt")),
+            on_violation=least(FLOW_VIOLATION_ORDER, ("flow", "on_violation"), "deny"),
+            annotations=least((True, False), ("flow", "annotations"), True))
+
+        u_scan = user.pick(("content", "max_scan_bytes")) or Setting(16 << 20, Source("default", None, None,
+                                                                                "content.max_scan_bytes"))
+        o_scan = org.pick(("content", "max_scan_bytes"))
+        content = ContentPolicy(
+            results=least(CONTENT_ACTION_ORDER, ("content", "results"), "redact"),
+            arguments=least(CONTENT_ACTION_ORDER, ("content", "arguments"), "deny"),
+            max_scan_bytes=o_scan if o_scan is not None and o_scan.value < u_scan.value else u_scan,
+            rules=tuple((r, view.source((*prefix, "content", "rules", i)))
+                        for view in (org, user) for prefix, table in view.tables()
+                        if "rules" in table.content.model_fields_set for i, r in enumerate(table.content.rules)))
+
         layers_of = {kind: tuple(lr for lr in (_rules(org, kind, default_allow=False),
                                                _rules(user, kind, default_allow=True))
                                  if self.org is not None or lr.layer != "org")
                      for kind in ("tools", "prompts", "resources")}
+        network, network_violations = _egress(user, org)
         files = {}
         if self.org is not None:
             files["org"] = f"{self.org.path} sha256:{self.org.sha256}"
         if self.user is not None:
             files["user"] = f"{self.user.path} sha256:{self.user.sha256}"
         return ServerPolicy(
-            name=name, argv=use_argv, declared_argv=declared, env_names=env,
+            name=name, argv=use_argv, declared_argv=declared, env_names=env, env_values=env_values,
             sandbox=Setting(sandbox, sandbox_s.source),
-            network=Setting("none", Source("builtin", None, None, "network (only 'none' exists for now)")),
+            network=network, network_violations=network_violations,
             tools=layers_of["tools"], prompts=layers_of["prompts"], resources=layers_of["resources"],
             arguments=arguments, sampling=sampling, sampling_context=sampling_context, elicitation=elicitation,
             roots=roots, audit_arguments=audit, on_new=on_new, on_changed=on_changed, ceilings=ceilings,
-            notes=tuple(notes), policy_files=files,
+            release_age_hours=release_age, install_scripts=install_scripts, flow=flow, content=content,
+            approvals=self._approvals(), notes=tuple(notes), policy_files=files,
+            auth=dict(entry.auth or {}) if entry is not None else {},
         )
+
+
+    def _approvals(self) -> Setting[ApprovalsTable] | None:
+        """The org's ``[approvals]`` if it has one (an org decides where its approvals go), else the user's."""
+        for f, layer in ((self.org, "org"), (self.user, "user")):
+            if f is not None and f.model.approvals is not None:
+                return Setting(f.model.approvals, Source(layer, str(f.path), f.line(("approvals",)),  # type: ignore[arg-type]
+                                                          "approvals"))
+        return None
 
 
 def load_effective_policy(config_path: Path | None, org_policy_path: Path | None = None,

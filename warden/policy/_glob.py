@@ -11,11 +11,14 @@ from __future__ import annotations
 import functools
 import re
 
+from warden.errors import ConfigError
+
 __all__ = ["GlobSyntaxError", "check_glob", "compile_glob", "glob_match"]
 
 
-class GlobSyntaxError(ValueError):
-    """The pattern is not a valid glob; the message says what is wrong and where."""
+class GlobSyntaxError(ConfigError, ValueError):
+    """The pattern is not a valid glob; the message says what is wrong and where. A ``ValueError`` too, so pydantic
+    reports it as the policy field's validation error."""
 
 
 @functools.lru_cache(maxsize=4096)

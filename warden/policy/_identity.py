@@ -16,10 +16,11 @@ __all__ = ["identity_digest", "launch_manifest"]
 
 
 def launch_manifest(argv: Sequence[str], env_names: Sequence[str], sandbox_manifest: Mapping[str, Any],
-                    network: str = "none") -> dict[str, Any]:
+                    network: str | Mapping[str, Any] = "none") -> dict[str, Any]:
     """The identity manifest (env *names* only, sorted; values never appear)."""
     return {"command": argv[0] if argv else "", "args": list(argv[1:]), "env": sorted(set(env_names)),
-            "sandbox": dict(sandbox_manifest), "network": network}
+            "sandbox": dict(sandbox_manifest),
+            "network": network if isinstance(network, str) else dict(network)}
 
 
 def identity_digest(manifest: Mapping[str, Any]) -> str:

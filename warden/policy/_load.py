@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 
 from warden.errors import ConfigError
 from warden.policy._model import LAUNCH_KEYS, PolicyFile
-from warden.policy._toml import KeyPath, line_of, load_toml
+from warden.policy._toml import KeyPath, line_of, load_toml, parse_toml
 from warden.sandbox.settings import SandboxSettings
 
 Role = Literal["org", "user"]
@@ -120,6 +120,18 @@ def load_policy_file(path: Path, role: Role | None = None) -> LoadedFile:
         ConfigError: unreadable, invalid TOML, unknown keys, bad globs or values (each with file:line).
     """
     doc, lines, raw = load_toml(path)
+    if role is None:
+        role = "org" if "org" in doc else "user"
+    return parse_policy(doc, lines, path=path, role=role, raw=raw)
+
+
+def load_policy_bytes(raw: bytes, path: Path, role: Role | None = None) -> LoadedFile:
+    """:func:`load_policy_file` on bytes not yet written (``warden import`` checks the config it would write).
+
+    Raises:
+        ConfigError: as :func:`load_policy_file`.
+    """
+    doc, lines, raw = parse_toml(raw, path)
     if role is None:
         role = "org" if "org" in doc else "user"
     return parse_policy(doc, lines, path=path, role=role, raw=raw)

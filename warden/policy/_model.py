@@ -10,18 +10,25 @@
   file's server tables; the ``[org]`` table bounds them.
 
 Every model forbids unknown keys, so a typo (``alow = [...]``) is an error with its line, never a silently ignored
-rule. Values of env vars never appear in a policy file: ``env`` lists names only.
+rule. Secret values never appear in a policy file: ``env`` lists names passed from warden's environment, or is a
+table whose values refer to ``${secret:NAME}`` (warden's secrets store) or ``${env:NAME}``; a literal is accepted
+only under a name that does not look secret (see :mod:`warden.policy._values`).
 """
 
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Annotated, Any, Literal, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
+from warden.egress import parse_allow_entry, parse_network
+from warden.loopback import is_loopback
 from warden.paths import absolute_path
 from warden.policy._glob import check_glob
+from warden.policy._regex import check_linear
+from warden.policy._values import check_env_table, check_env_value, references, secret_reference
 from warden.sandbox.settings import Limits, SandboxSettings
 
 OnNew = Literal["ask", "deny", "tofu"]
@@ -30,6 +37,7 @@ AuditDetail = Literal["hash", "redacted", "full"]
 SamplingLevel = Literal["off", "on", "with-tools"]
 ElicitationLevel = Literal["off", "form", "url"]
 SandboxKind = Literal["bwrap", "container", "none"]
+InstallScripts = Literal["never", "sandboxed"]
 
 # Orders, least permissive (or least detailed) first; layering takes the minimum (audit detail: the maximum).
 ON_NEW_ORDER: tuple[OnNew, ...] = ("deny", "ask", "tofu")
@@ -37,6 +45,7 @@ ON_CHANGED_ORDER: tuple[OnChanged, ...] = ("deny", "ask")
 AUDIT_ORDER: tuple[AuditDetail, ...] = ("hash", "redacted", "full")
 SAMPLING_ORDER: tuple[SamplingLevel, ...] = ("off", "on", "with-tools")
 ELICITATION_ORDER: tuple[ElicitationLevel, ...] = ("off", "form", "url")
+INSTALL_SCRIPTS_ORDER: tuple[InstallScripts, ...] = ("never", "sandboxed")
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -57,12 +66,6 @@ def _env_name(v: str) -> str:
     return v
 
 
-def _regex(v: str) -> str:
-    try:
-        re.compile(v)
-    except re.error as exc:
-        raise ValueError(f"invalid regular expression: {exc}") from exc
-    return v
 
 
 def _arg_path(v: str) -> str:
@@ -71,12 +74,25 @@ def _arg_path(v: str) -> str:
     return v
 
 
+def _allow_entry(v: str) -> str:
+    parse_allow_entry(v)  # EntryError is a ValueError: pydantic reports it with the file and line
+    return v
+
+
+def _address_range(v: str) -> str:
+    parse_network(v)
+    return v
+
+
 ServerName = Annotated[str, AfterValidator(_server_name)]
 EnvName = Annotated[str, AfterValidator(_env_name)]
+EnvValue = Annotated[str, AfterValidator(check_env_value)]
 Glob = Annotated[str, AfterValidator(check_glob)]
 AbsDir = Annotated[str, AfterValidator(absolute_path)]
-Regex = Annotated[str, AfterValidator(_regex)]
+Regex = Annotated[str, AfterValidator(check_linear)]  # RE2: linear time on hostile input
 ArgPath = Annotated[str, AfterValidator(_arg_path)]
+AllowEntryText = Annotated[str, AfterValidator(_allow_entry)]
+AddressRange = Annotated[str, AfterValidator(_address_range)]
 
 
 class _Strict(BaseModel):
@@ -111,6 +127,16 @@ class ArgumentRule(_Strict):
         return self
 
 
+class NetworkRules(_Strict):
+    """``network.allow = ["api.github.com:443", "*.example.org:443"]``: the only destinations a server may reach,
+    through warden's egress proxy (grammar in :mod:`warden.egress`). ``allow_addresses``: non-public ranges
+    (loopback, private, link-local...) that an allowed name may resolve to; without one, such an answer is refused.
+    In an org file both are ceilings: a user entry must lie inside an org entry."""
+
+    allow: tuple[AllowEntryText, ...] = ()
+    allow_addresses: tuple[AddressRange, ...] = ()
+
+
 class Capabilities(_Strict):
     """What a server may ask of the host through warden. ``elicitation = "url"`` allows form and URL mode."""
 
@@ -121,18 +147,75 @@ class Capabilities(_Strict):
     roots: tuple[AbsDir, ...] = Field(default=(), description="directories the server may be told about")
 
 
+FlowViolation = Literal["deny", "confirm"]
+FLOW_VIOLATION_ORDER: tuple[FlowViolation, ...] = ("deny", "confirm")
+
+
+class FlowRules(_Strict):
+    """``[defaults.flow]`` / ``[servers.NAME.flow]``: tools that bring untrusted content in (sources) and tools that
+    can carry data out (sinks); once a source answered in a host session, a sink is refused (or confirmed by a
+    human). Globs match a tool name or ``server__tool``. See ``warden/policy/_flow.py``."""
+
+    sources: tuple[Glob, ...] = ()
+    sinks: tuple[Glob, ...] = ()
+    exempt: tuple[Glob, ...] = Field(default=(), description="neither source nor sink, whatever annotations say")
+    on_violation: FlowViolation = "deny"
+    annotations: bool = Field(default=True, description="derive roles from readOnlyHint / openWorldHint")
+
+
+ContentAction = Literal["redact", "deny"]
+CONTENT_ACTION_ORDER: tuple[ContentAction, ...] = ("deny", "redact")
+_RULE_NAME = re.compile(r"[a-z0-9][a-z0-9_\-]{0,63}")
+
+
+def _rule_name(v: str) -> str:
+    if not _RULE_NAME.fullmatch(v):
+        raise ValueError(f"rule name {v!r} must be 1-64 of a-z 0-9 _ - (it names the rule in audit records)")
+    return v
+
+
+class ContentRule(_Strict):
+    """``[[defaults.content.rules]]``: a pattern (RE2) that is cut out of, or refuses, results and/or arguments
+    of the tools matching ``tools``."""
+
+    name: Annotated[str, AfterValidator(_rule_name)]
+    pattern: Regex
+    on: Literal["results", "arguments", "both"] = "both"
+    action: ContentAction | None = Field(default=None, description="default: the table's results / arguments")
+    tools: tuple[Glob, ...] = ("*",)
+
+
+class ContentRules(_Strict):
+    """``[defaults.content]``: what the built-in detectors (provider keys, private keys, JWTs, the secrets
+    registry) and the rules do. See ``warden/policy/_content.py``."""
+
+    results: ContentAction = "redact"
+    arguments: ContentAction = "deny"
+    max_scan_bytes: int = Field(default=16 << 20, ge=1024, le=64 << 20,
+                                description="a larger result is refused, never passed unscanned")
+    rules: tuple[ContentRule, ...] = ()
+
+
 class ServerRules(_Strict):
     """The shared vocabulary of ``[defaults]`` and ``[servers.NAME]`` in both layers."""
 
     on_new: OnNew = "ask"
     on_changed: OnChanged = "ask"
     audit_arguments: AuditDetail = "hash"
-    network: Literal["none"] = "none"
+    network: Literal["none"] | NetworkRules = Field(default="none", description='"none", or a table with allow '
+                                                                                 '(and allow_addresses)')
     tools: Rules = Rules()
     prompts: Rules = Rules()
     resources: Rules = Rules()
     arguments: tuple[ArgumentRule, ...] = ()
     capabilities: Capabilities = Capabilities()
+    flow: FlowRules = FlowRules()
+    content: ContentRules = ContentRules()
+    # Package intake (npx / uvx / pipx servers, warden.intake): an org value is a floor / a ceiling.
+    release_age_hours: int = Field(default=72, ge=0, le=24 * 366,
+                                   description="take no package version published less than this long ago")
+    install_scripts: InstallScripts = Field(default="never", description="npm install scripts: never run, or run "
+                                                                         "in a sandbox without network")
 
 
 class ServerEntry(ServerRules):
@@ -140,8 +223,30 @@ class ServerEntry(ServerRules):
 
     command: str | None = None
     args: tuple[str, ...] | None = None
-    env: tuple[EnvName, ...] | None = None
+    env: tuple[EnvName, ...] | dict[EnvName, EnvValue] | None = Field(
+        default=None, description="names passed from warden's environment, or a table NAME = value where value is "
+                                  "'${secret:S}' (from `warden secrets`), '${env:V}' or a short literal switch")
     sandbox: SandboxSettings | None = None
+    url: str | None = Field(default=None, description="a remote server's http(s):// MCP endpoint, instead of "
+                                                       "command")
+    auth: dict[str, str | int | float] | None = Field(
+        default=None, description='a remote server\'s authorization: { type = "oauth", client_id = ..., ... } '
+                                  "(its keys are checked by warden.auth)")
+
+    @model_validator(mode="after")
+    def _url_or_command(self) -> Self:
+        if self.url is not None and (self.command is not None or self.args is not None):
+            raise ValueError("give either url (a remote server) or command and args, not both")
+        if self.url is not None and not self.url.lower().startswith(("http://", "https://")):
+            raise ValueError("url must be an http:// or https:// URL")
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _secret_names_take_no_literals(cls, env: tuple[str, ...] | dict[str, str] | None) -> Any:
+        if isinstance(env, dict):
+            check_env_table(env)
+        return env
 
     @model_validator(mode="after")
     def _args_need_command(self) -> Self:
@@ -171,18 +276,48 @@ class OrgTable(_Strict):
     limits: OrgLimits | None = None  # type: ignore[valid-type]
 
 
+def _approval_url(v: str) -> str:
+    parts = urllib.parse.urlsplit(v)
+    if parts.scheme == "https" and parts.hostname:
+        return v
+    if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):
+        return v
+    raise ValueError(f"{v!r}: an approval webhook is https (or http on loopback only: the request carries what a "
+                     "human is asked to approve)")
+
+
+def _approval_secret(v: str) -> str:
+    check_env_value(v)
+    refs = references(v)
+    if len(refs) != 1 or refs[0][0] != "secret" or v != secret_reference(refs[0][1]):
+        raise ValueError("the webhook's HMAC key is named, never written here: secret = \"${secret:NAME}\" (set it "
+                         "with `warden secrets set NAME`)")
+    return v
+
+
+class ApprovalsTable(_Strict):
+    """``[approvals]``: where a call that needs a human goes when no one can be asked in-band -- a signed webhook
+    (``warden/consent/_webhook.py`` documents the messages and how to wire a chat service). In an org policy it
+    replaces the user's."""
+
+    webhook: Annotated[str, AfterValidator(_approval_url)]
+    secret: Annotated[str, AfterValidator(_approval_secret)]
+    timeout_seconds: float = Field(default=120.0, gt=0, le=3600, description="how long a human has to answer")
+
+
 class PolicyFile(_Strict):
     """A whole file: a user config, or an org policy when it has an ``[org]`` table."""
 
     org: OrgTable | None = None
+    approvals: ApprovalsTable | None = None
     defaults: ServerEntry = ServerEntry()
     servers: dict[ServerName, ServerEntry] = {}
 
     @model_validator(mode="after")
     def _defaults_launch_nothing(self) -> Self:
-        if self.defaults.command is not None or self.defaults.args is not None:
+        if self.defaults.command is not None or self.defaults.args is not None or self.defaults.url is not None:
             raise ValueError("[defaults] cannot name a command; put it under [servers.NAME]")
         return self
 
 
-LAUNCH_KEYS = ("command", "args", "env", "sandbox")
+LAUNCH_KEYS = ("command", "args", "env", "sandbox", "url", "auth")

@@ -190,6 +190,15 @@ def load_toml(path: Path) -> tuple[dict[str, Any], dict[KeyPath, int], bytes]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}",
                           hint="check the path and its permissions") from exc
+    return parse_toml(raw, path)
+
+
+def parse_toml(raw: bytes, path: Path) -> tuple[dict[str, Any], dict[KeyPath, int], bytes]:
+    """:func:`load_toml` on bytes already read (``path`` names them in errors).
+
+    Raises:
+        ConfigError: too large, not UTF-8, or not valid TOML.
+    """
     if len(raw) > MAX_POLICY_BYTES:
         raise ConfigError(f"{path}: larger than {MAX_POLICY_BYTES} bytes", hint="a policy file is small text")
     try:

@@ -7,10 +7,16 @@ for the synthesized ``/etc`` files and ``--json-status-fd FD``, from which warde
 sandbox's init. Killing that init tears the whole PID namespace down, which is how :meth:`BwrapChild.kill`
 leaves no survivors.
 
-When warden runs as root, bwrap runs without a user namespace and ``setpriv`` inside switches the server to a
-dedicated uid from :mod:`._uids` with no capabilities (E1, E2, B.9). As a normal user, bwrap's own user
-namespace does it. Either way ``prlimit`` sets the rlimits inside, right before the server starts (an exec shim:
-``preexec_fn`` is unsafe with threads, and applying them to bwrap itself would limit its setup).
+When warden runs as root, bwrap runs without a user namespace and ``setpriv`` inside switches the server, with no
+capabilities (E1, E2, B.9), to the uid :mod:`._uids` chose: its write dirs' owner, or a dedicated uid. As a normal
+user, bwrap's own user namespace does it. Either way ``prlimit`` sets the rlimits inside, right before the server
+starts (an exec shim: ``preexec_fn`` is unsafe with threads, and applying them to bwrap itself would limit its
+setup).
+
+Between bwrap's setup and the server's start the sandbox's init waits on ``--block-fd``: warden moves it into its
+memory cgroup (:mod:`._cgroup`, when the machine has one warden can use) and, as root, makes memfds
+non-executable in its PID namespace (:mod:`._memfd`); only then does the server run. Either step failing ends the
+launch: nothing starts with less than the plan said.
 """
 
 from __future__ import annotations
@@ -21,21 +27,26 @@ import logging
 import os
 import resource
 import signal
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, final
 
 import trio
 
+from warden.egress import Attachment, SandboxEgress, warn_if_node_ignores_proxy
 from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
 from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
+from warden.sandbox._cgroup import MemoryCgroups, NoMemoryCgroups, SandboxCgroup, find_memory_cgroups
 from warden.sandbox._data import data_dir
+from warden.sandbox._memfd import can_seal, data_memfd, seal_memfds
 from warden.sandbox._plan import (
     PRLIMIT,
     SETPRIV,
     SYSTEM_PYTHON,
+    MemoryScope,
     PinnedSandboxes,
     SandboxPlan,
     bwrap_args,
@@ -50,9 +61,16 @@ from warden.sandbox._process import (
     wait_ready,
 )
 from warden.sandbox._profiles import Profiles, load_profiles
+from warden.sandbox._quota import QuotaGate, WriteQuota, sandbox_pids, wait_enforcing
 from warden.sandbox._runtime import detect_runtime
 from warden.sandbox._seccomp import RuleList, compile_filter, load_rules
-from warden.sandbox._uids import UidSlot, check_writable_by_sandboxes
+from warden.sandbox._uids import (
+    SandboxUser,
+    acquire_user,
+    check_writable_by_sandboxes,
+    owner_threads,
+    planned_user,
+)
 from warden.sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -76,7 +94,7 @@ def parse_status_line(line: bytes) -> dict[str, Any] | None:
 
 
 def _memfd(name: str, content: bytes) -> int:
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    fd = data_memfd(name)
     view = memoryview(content)
     while view:
         written = os.write(fd, view)
@@ -140,20 +158,34 @@ class BwrapChild(PipedChild):
     """
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, sandbox_pid: int,
-                 sandbox_pidfd: int | None, status_fd: int, slot: UidSlot | None) -> None:
+                 sandbox_pidfd: int | None, status_fd: int, slot: SandboxUser | None,
+                 cgroup: SandboxCgroup | None = None, quota: WriteQuota | None = None,
+                 egress: Attachment | None = None) -> None:
         super().__init__(process, stderr)
+        self._egress = egress
         self.sandbox_pid = sandbox_pid
         self._sandbox_pidfd: int | None = sandbox_pidfd
         self._status_fd: int | None = status_fd
         self._slot = slot
+        self._cgroup = cgroup
+        self._quota = quota
 
     async def wait(self) -> int:
+        """Wait for the sandbox to end, enforcing its write quota meanwhile (see :mod:`._quota`)."""
         try:
-            code = await self._process.wait()
+            if self._quota is not None and self._process.returncode is None:
+                code = await wait_enforcing(self._quota, self._process.wait, stop=self._stop,
+                                            pids=lambda: sandbox_pids(self.sandbox_pid))
+            else:
+                code = await self._process.wait()
         finally:
             if self._process.returncode is not None:
                 self._finish()
         return code
+
+    def _stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        self.kill()
 
     def _finish(self) -> None:
         # bwrap is gone; its init is killed by PDEATHSIG, but do not rely on it.
@@ -168,6 +200,12 @@ class BwrapChild(PipedChild):
         if self._slot is not None:
             self._slot.release()
             self._slot = None
+        if self._cgroup is not None:
+            self._cgroup.remove()
+            self._cgroup = None
+        if self._egress is not None:
+            self._egress.close()
+            self._egress = None
 
     def _signal_sandbox(self, sig: signal.Signals) -> None:
         if self._sandbox_pidfd is None:
@@ -214,12 +252,14 @@ class BwrapChild(PipedChild):
 class BwrapLauncher:
     """Starts stdio servers inside bubblewrap. Fails closed: any missing piece raises, nothing weaker runs.
 
-    ``host_env`` is the environment used to find commands, ``npx``/``uvx`` installs and bwrap itself
-    (``PATH``, ``HOME``, ``WARDEN_BWRAP``); it defaults to warden's own and never reaches the server.
+    ``host_env`` is the environment used to find commands and bwrap itself (``PATH``, ``HOME``, ``WARDEN_BWRAP``;
+    ``npx``/``uvx`` packages come from warden's store in ``state_dir``); it defaults to warden's own and never
+    reaches the server. ``egress``: the server's network allow-list; its proxy gets a door into each sandbox (the
+    sandbox's network namespace stays empty otherwise), and the server gets the proxy variables.
     """
 
     def __init__(self, settings: SandboxSettings, *, state_dir: Path, host_env: Mapping[str, str] | None = None,
-                 bwrap: BwrapBinary | None = None) -> None:
+                 bwrap: BwrapBinary | None = None, egress: SandboxEgress | None = None) -> None:
         if settings.kind != "bwrap":
             raise ValueError(f"BwrapLauncher cannot run kind={settings.kind!r}")
         self._settings = settings
@@ -229,6 +269,10 @@ class BwrapLauncher:
         self._profiles: Profiles | None = None
         self._rules: RuleList | None = None
         self._pinned = PinnedSandboxes()
+        self._cgroups: MemoryCgroups | NoMemoryCgroups | None = None
+        self._quota = QuotaGate(settings.write_dirs, settings.limits.write_quota_mb)
+        self._egress = egress
+        self._node_checked = False
 
     @property
     def privileged(self) -> bool:
@@ -242,25 +286,48 @@ class BwrapLauncher:
             self._rules = load_rules(directory / "seccomp.toml")
         return self._profiles, self._rules
 
-    def _plan(self, spec: LaunchSpec, *, uid: int, gid: int) -> SandboxPlan:
+    def memory_cgroups(self) -> MemoryCgroups | NoMemoryCgroups:
+        """Where this launcher's sandboxes get their memory cgroups, or why they cannot (probed once)."""
+        if self._cgroups is None:
+            self._cgroups = find_memory_cgroups()
+            if isinstance(self._cgroups, NoMemoryCgroups):
+                log.warning("memory_mb bounds each process of a sandbox, not the sandbox as a whole: %s",
+                            self._cgroups.reason)
+        return self._cgroups
+
+    def _memory_scope(self) -> MemoryScope:
+        return "sandbox" if isinstance(self.memory_cgroups(), MemoryCgroups) else "process"
+
+    @property
+    def seals_memfds(self) -> bool:
+        """True when the kernel seals every memfd in the sandbox (root warden: vm.memfd_noexec = 2 in its PID
+        namespace); otherwise the seccomp filter refuses memfds that are not sealed (see :mod:`._memfd`)."""
+        return can_seal(privileged=self.privileged)
+
+    def _plan(self, spec: LaunchSpec, *, user: SandboxUser, boot_id: str | None = None,
+              nproc_base: int = 0) -> SandboxPlan:
         profiles, rules = self._data()
         cwd = spec.cwd or os.getcwd()
         runtime = detect_runtime(spec.argv, setting=self._settings.profile, profiles=profiles,
-                                 host_env=self._host_env, cwd=cwd)
-        return make_plan(settings=self._settings, runtime=runtime, base=profiles.base, spec_env=spec.env,
+                                 host_env=self._host_env, cwd=cwd, state_dir=self._state_dir)
+        spec_env = {**spec.env, **self._egress.env()} if self._egress is not None else spec.env
+        return make_plan(settings=self._settings, runtime=runtime, base=profiles.base, spec_env=spec_env,
                          spec_cwd=spec.cwd, state_dir=str(self._state_dir), privileged=self.privileged,
-                         uid=uid, gid=gid, hard_caps=_hard_caps(),
-                         seccomp_digest=rules.digest(network=self._settings.network != "none"))
+                         uid=user.uid, gid=user.gid, user=user.manifest, hard_caps=_hard_caps(),
+                         nproc_base=nproc_base,
+                         seccomp_digest=rules.digest(network=self._settings.network != "none",
+                                                     memfd_noexec=self.seals_memfds),
+                         memory=self._memory_scope(), boot_id=boot_id or "00000000-0000-4000-8000-000000000000")
 
     def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
-        """How ``spec`` would be sandboxed (deterministic: the per-launch uid is not part of it)."""
-        from warden.sandbox._uids import SANDBOX_GID, UID_BASE
-
-        uid, gid = (UID_BASE, SANDBOX_GID) if self.privileged else (os.getuid(), os.getgid())
-        return self._manifest(spec, self._plan(spec, uid=uid, gid=gid))
+        """How ``spec`` would be sandboxed (deterministic: a per-launch dedicated uid is not part of it)."""
+        user = planned_user(self._settings.write_dirs, privileged=self.privileged)
+        return self._manifest(spec, self._plan(spec, user=user))
 
     def _manifest(self, spec: LaunchSpec, plan: SandboxPlan) -> dict[str, Any]:
         manifest = dict(plan.manifest)
+        if self._egress is not None:
+            manifest["egress"] = self._egress.manifest()
         if self._settings.landlock == "require":
             manifest["landlock_abi"] = _host.landlock_abi()
         self._pinned.check(spec, manifest)
@@ -309,15 +376,24 @@ class BwrapLauncher:
         self._preflight()
         bwrap = self.bwrap()
         _, rules = self._data()
-        program = compile_filter(rules, network=self._settings.network != "none")
-        slot = UidSlot.acquire(self._state_dir) if self.privileged else None
+        quota = await self._quota.admit()
+        seals = self.seals_memfds
+        program = compile_filter(rules, network=self._settings.network != "none", memfd_noexec=seals)
+        cgroups = self.memory_cgroups()
+        user = acquire_user(self._settings.write_dirs, privileged=self.privileged)
+        cgroup: SandboxCgroup | None = None
         fds: list[int] = []
         try:
-            uid, gid = (slot.uid, slot.gid) if slot is not None else (os.getuid(), os.getgid())
-            plan = self._plan(spec, uid=uid, gid=gid)
+            plan = self._plan(spec, user=user, boot_id=str(uuid.uuid4()),
+                              nproc_base=owner_threads(user.uid) if user.mode == "write-dir-owner" else 0)
             self._manifest(spec, plan)
-            if plan.privileged:
+            if self._egress is not None and plan.manifest.get("profile") == "node" and not self._node_checked:
+                self._node_checked = True  # once per launcher: the runtime does not change between restarts
+                warn_if_node_ignores_proxy(plan.manifest["argv"][0])
+            if user.mode == "dedicated-uid":
                 check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
+            if isinstance(cgroups, MemoryCgroups):
+                cgroup = cgroups.create(self._settings.limits.memory_mb * 1024 * 1024)
             seccomp_fd = _memfd("warden-seccomp", program)
             fds.append(seccomp_fd)
             data_fds: dict[str, int] = {}
@@ -326,29 +402,39 @@ class BwrapLauncher:
                 fds.append(data_fds[name])
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
             fds += [status_r, status_w]
-            args = bwrap_args(plan, data_fds=data_fds, seccomp_fd=seccomp_fd, status_fd=status_w)
+            block_r, block_w = os.pipe2(os.O_CLOEXEC)
+            fds += [block_r, block_w]
+            args = bwrap_args(plan, data_fds=data_fds, seccomp_fd=seccomp_fd, status_fd=status_w, block_fd=block_r)
             args_fd = _memfd("warden-bwrap-args", b"".join(a.encode() + b"\0" for a in args))
             fds.append(args_fd)
-            process = spawn([bwrap.path, "--args", str(args_fd), "--", *plan.argv], env={},
-                            pass_fds=[args_fd, seccomp_fd, status_w, *data_fds.values()],
+            process = spawn(["bwrap", "--args", str(args_fd), "--", *plan.argv], env={}, executable=bwrap.path,
+                            pass_fds=[args_fd, seccomp_fd, status_w, block_r, *data_fds.values()],
                             umask=0o002 if plan.privileged else -1)
         except BaseException:
             for fd in fds:
                 os.close(fd)
-            if slot is not None:
-                slot.release()
+            user.release()
+            if cgroup is not None:
+                cgroup.remove()
             raise
         for fd in fds:
-            if fd != status_r:
+            if fd not in (status_r, block_w):
                 os.close(fd)
         try:
             sandbox_pid = await self._read_child_pid(process, status_r)
             sandbox_pidfd = _open_init_pidfd(sandbox_pid, process.pid)
+            egress: Attachment | None = None
             try:
+                if self._egress is not None:  # the proxy's door into the sandbox, before anything runs in it
+                    egress = await self._egress.attach(sandbox_pid)
+                await self._prepare(process, sandbox_pid, cgroup=cgroup, seal=seals)
+                os.write(block_w, b"\0")  # the sandbox may start the server now
                 preamble, rest = await _await_ready(process)
             except BaseException:
                 if sandbox_pidfd is not None:
                     os.close(sandbox_pidfd)
+                if egress is not None:
+                    egress.close()
                 raise
         except BaseException:
             process.send_signal(signal.SIGKILL)
@@ -358,13 +444,51 @@ class BwrapLauncher:
                 stream.close()
             trio.lowlevel.notify_closing(status_r)
             os.close(status_r)
-            if slot is not None:
-                slot.release()
+            user.release()
+            if cgroup is not None:
+                cgroup.remove()
             raise
+        finally:
+            os.close(block_w)
         if preamble.strip():
             log.info("sandbox setup said: %s", preamble.decode("utf-8", "replace").strip())
         return BwrapChild(process, PrefixedReceiveStream(rest, process.stderr), sandbox_pid=sandbox_pid,
-                          sandbox_pidfd=sandbox_pidfd, status_fd=status_r, slot=slot)
+                          sandbox_pidfd=sandbox_pidfd, status_fd=status_r, slot=user, cgroup=cgroup,
+                          quota=quota, egress=egress)
+
+    async def _prepare(self, process: SpawnedProcess, sandbox_pid: int, *, cgroup: SandboxCgroup | None,
+                       seal: bool) -> None:
+        """While the sandbox's init waits on its block fd: put it in its memory cgroup (its children, the server
+        included, follow) and seal memfds in its PID namespace.
+
+        Raises:
+            SandboxUnavailable: a step failed, or bwrap's own setup failed meanwhile (its message is preferred: a
+                step also fails when the init it works on has just died).
+        """
+        failures: list[SandboxUnavailable] = []
+
+        async def attach(cgroup: SandboxCgroup) -> None:
+            try:
+                # A thread: moving a task between v1 cgroups waits for an RCU grace period (~15 ms here).
+                await trio.to_thread.run_sync(cgroup.attach, sandbox_pid)
+            except SandboxUnavailable as exc:
+                failures.append(exc)
+
+        async with trio.open_nursery() as nursery:  # the two steps are independent: overlap them
+            if cgroup is not None:
+                nursery.start_soon(attach, cgroup)
+            if seal:
+                try:
+                    await seal_memfds(sandbox_pid)
+                except SandboxUnavailable as exc:
+                    failures.append(exc)
+        if failures:
+            process.send_signal(signal.SIGKILL)
+            message = await self._collect_stderr(process)
+            if message:
+                raise SandboxUnavailable(f"the sandbox could not be set up: {message}",
+                                         hint=_bwrap_failure_hint(message)) from failures[0]
+            raise failures[0]
 
     async def _read_child_pid(self, process: SpawnedProcess, status_fd: int) -> int:
         """Wait for bwrap's ``child-pid`` status line; if bwrap exits instead, raise with its own message."""

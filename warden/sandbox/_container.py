@@ -31,6 +31,7 @@ from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
 from warden.paths import ensure_private_dir
 from warden.sandbox._data import data_dir
+from warden.sandbox._memfd import data_memfd
 from warden.sandbox._plan import PinnedSandboxes, SandboxPlan, make_plan
 from warden.sandbox._process import (
     READY_SHIM,
@@ -42,6 +43,7 @@ from warden.sandbox._process import (
     wait_ready,
 )
 from warden.sandbox._profiles import Profiles, load_profiles
+from warden.sandbox._quota import QuotaGate, WriteQuota, wait_enforcing
 from warden.sandbox._runtime import Runtime, detect_runtime
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, check_writable_by_sandboxes
 from warden.sandbox.settings import SandboxSettings
@@ -82,13 +84,14 @@ class ContainerChild(PipedChild):
     container); ``wait`` reaps the client and then removes the container, so nothing outlives it."""
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, engine: str, name: str,
-                 engine_env: Mapping[str, str], slot: UidSlot | None) -> None:
+                 engine_env: Mapping[str, str], slot: UidSlot | None, quota: WriteQuota | None = None) -> None:
         super().__init__(process, stderr)
         self._engine = engine
         self.name = name
         self._engine_env = dict(engine_env)
         self._slot = slot
         self._helpers: list[SpawnedProcess] = []
+        self._quota = quota
 
     def _engine_call(self, *args: str) -> None:
         try:
@@ -100,7 +103,12 @@ class ContainerChild(PipedChild):
         self._helpers.append(helper)
 
     async def wait(self) -> int:
-        code = await self._process.wait()
+        """Wait for the container to end, enforcing the write quota meanwhile (the container's processes are the
+        engine's, not warden's descendants: files it deleted but holds open are not counted, see ``_quota``)."""
+        if self._quota is not None and self._process.returncode is None:
+            code = await wait_enforcing(self._quota, self._process.wait, pids=tuple, stop=self._stop)
+        else:
+            code = await self._process.wait()
         with trio.CancelScope(shield=True):
             self._engine_call("rm", "--force", "--time", "0", self.name)
             for helper in self._helpers:
@@ -112,6 +120,10 @@ class ContainerChild(PipedChild):
             self._slot.release()
             self._slot = None
         return code
+
+    def _stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        self.kill()
 
     def terminate(self) -> None:
         self._engine_call("kill", "--signal", "TERM", self.name)
@@ -137,6 +149,7 @@ class ContainerLauncher:
                               "would run the server without it", hint='use kind = "bwrap", or landlock = "off"')
         self._settings = settings
         self._state_dir = state_dir
+        self._quota = QuotaGate(settings.write_dirs, settings.limits.write_quota_mb)
         self._host_env = dict(os.environ if host_env is None else host_env)
         self._profiles: Profiles | None = None
         self._pinned = PinnedSandboxes()
@@ -163,10 +176,11 @@ class ContainerLauncher:
             runtime = Runtime(profile="image", argv=tuple(spec.argv), binds=(), path_dirs=(), env={})
         else:
             runtime = detect_runtime(spec.argv, setting=self._settings.profile, profiles=profiles,
-                                     host_env=self._host_env, cwd=cwd)
+                                     host_env=self._host_env, cwd=cwd, state_dir=self._state_dir)
         plan = make_plan(settings=self._settings, runtime=runtime, base=profiles.base, spec_env=spec.env,
                          spec_cwd=spec.cwd, state_dir=str(self._state_dir), privileged=False,
-                         uid=UID_BASE, gid=SANDBOX_GID, hard_caps={}, seccomp_digest="engine default")
+                         uid=UID_BASE, gid=SANDBOX_GID, hard_caps={}, seccomp_digest="engine default",
+                         memory="sandbox")  # the engine's --memory is the container's cgroup
         return plan, runtime
 
     def manifest(self, spec: LaunchSpec) -> dict[str, Any]:
@@ -205,6 +219,9 @@ class ContainerLauncher:
                         *self._settings.read_dirs, *self._settings.write_dirs):
                     continue
                 args += ["--volume", f"{mount.src}:{mount.dest}:{'ro' if mount.op == 'ro-bind' else 'rw'}"]
+            elif mount.op == "symlink" and mount.dest.startswith("/etc/") and self._settings.image is None:
+                # bwrap recreates /etc/localtime-style links; the skeleton root has no /etc, so bind the target.
+                args += ["--volume", f"{os.path.realpath(mount.dest)}:{mount.dest}:ro"]
         if self._settings.image is not None:
             args += ["--pull", "never", self._settings.image]
         else:
@@ -220,13 +237,14 @@ class ContainerLauncher:
             LaunchError: the command or a policy path is wrong.
         """
         engine = self._engine()
+        quota = await self._quota.admit()
         plan, runtime = self._plan(spec)
         self._manifest(spec, plan)
         if os.geteuid() == 0:
             check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
         env = {name: value for name, value in plan.env}
-        env_fd = os.memfd_create("warden-env", os.MFD_CLOEXEC)
-        slot = UidSlot.acquire(self._state_dir) if os.geteuid() == 0 else None
+        env_fd = data_memfd("warden-env")
+        slot = UidSlot.acquire() if os.geteuid() == 0 else None
         engine_env = {k: v for k, v in self._host_env.items() if k in _ENGINE_ENV}
         name = f"warden-{secrets.token_hex(8)}"
         try:
@@ -242,7 +260,7 @@ class ContainerLauncher:
         finally:
             os.close(env_fd)
         child = ContainerChild(process, process.stderr, engine=engine, name=name, engine_env=engine_env,
-                               slot=slot)
+                               slot=slot, quota=quota)
         ready, preamble, rest = await wait_ready(process.stderr, START_TIMEOUT)
         if not ready:
             child.kill()

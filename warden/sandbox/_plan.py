@@ -2,7 +2,8 @@
 
 :func:`make_plan` turns the settings, the detected runtime and a few host facts into a :class:`SandboxPlan`, and
 refuses (``LaunchError``) whatever would weaken the sandbox: binding ``/``, ``/proc`` or warden's state
-directory, a read-only path inside a writable one, a mount point that would have to be created on the host.
+directory (except, read-only, the one package-store entry a server runs from), a read-only path inside a writable
+one, a mount point that would have to be created on the host.
 :func:`bwrap_args` renders a plan as bwrap's argument list. Both are pure apart from ``stat``/``realpath`` on
 the paths the policy names (and reading warden's own Landlock shim when that layer is asked for), so the rules
 can be tested without starting anything.
@@ -19,25 +20,29 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal, final
 
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
-from warden.paths import within
+from warden.paths import store_dir, within
 from warden.sandbox._process import READY_SHIM
 from warden.sandbox._profiles import BaseProfile
 from warden.sandbox._runtime import Runtime
 from warden.sandbox.settings import Limits, SandboxSettings
 
-MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "proc", "dev"]
+MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "bind-data", "proc", "dev"]
+MemoryScope = Literal["sandbox", "process"]
 HOSTNAME = "mcp-sandbox"
 PRLIMIT = "/usr/bin/prlimit"
 SETPRIV = "/usr/bin/setpriv"
 SYSTEM_PYTHON = "/usr/bin/python3"  # runs the Landlock shim; always under /usr, so always in the sandbox
 LANDLOCK_SHIM = "/run/warden/landlock.py"
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+#: With memory bounded per process only, what a process may still allocate once the tmpfs mounts are full.
+MIN_PROCESS_MEMORY_MB = 32
 _FORBIDDEN_BIND_ROOTS = ("/proc", "/dev", "/sys")
 _FORBIDDEN_WRITE = ("/", "/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var",
                     "/root", "/home", "/run")
@@ -73,6 +78,15 @@ class SandboxPlan:
 
 
 
+def _store_entry(path: str, store_entries: str) -> bool:
+    """``path`` lies inside one entry of warden's package store (``store/npm/<id>/...``, ``store/pypi/<id>/...``):
+    not the store itself, its index, records or caches."""
+    if not path.startswith(store_entries):
+        return False
+    parts = path[len(store_entries):].split("/")
+    return len(parts) >= 2 and parts[0] in ("npm", "pypi") and bool(parts[1]) and not parts[1].startswith(".")
+
+
 def _strictly_under(path: str, root: str) -> bool:
     return path != root and within(path, root)
 
@@ -81,9 +95,20 @@ def _sort_key(path: str) -> tuple[str, ...]:
     return PurePosixPath(path).parts
 
 
-def synthesized_files(*, uid: int, gid: int, home: str) -> dict[str, bytes]:
+def gitconfig(granted: Sequence[str]) -> bytes:
+    """The sandbox's ``/etc/gitconfig``: git may work in each granted directory whoever owns it. git's ownership
+    check guards a user against hooks and config in a repository someone else owns; inside the sandbox git runs as
+    the sandbox, on directories the policy granted, so a repository of another uid (a read dir of root's, or of the
+    user, as seen from a user namespace) is no danger there. Paths with a newline or quote cannot be written (and
+    ``absolute_path`` refuses newlines already), so they are left out."""
+    lines = [f"\tdirectory = {path}\n" for path in granted if not set(path) & set('\n"\\')]
+    return ("[safe]\n" + "".join(lines)).encode() if lines else b""
+
+
+def synthesized_files(*, uid: int, gid: int, home: str, granted: Sequence[str] = ()) -> dict[str, bytes]:
     """Contents of the synthesized ``/etc`` files (see ``base.toml`` for why each exists)."""
     return {
+        "/etc/gitconfig": gitconfig(granted),
         "/etc/passwd": (f"root:x:0:0:root:/root:/usr/sbin/nologin\n"
                         f"mcp:x:{uid}:{gid}:warden sandbox:{home}:/usr/sbin/nologin\n"
                         "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n").encode(),
@@ -110,17 +135,50 @@ def _check_env(env: Mapping[str, str]) -> None:
                               hint="fix the server's env entry in the policy")
 
 
-def prlimit_args(limits: Limits, hard_caps: Mapping[str, int]) -> list[str]:
+def tmpfs_mb(limits: Limits) -> int:
+    """What the sandbox's three tmpfs mounts (``/tmp``, ``$HOME``, ``/dev/shm``) may hold together, in MiB."""
+    return 3 * limits.tmp_size_mb
+
+
+def process_memory_mb(limits: Limits, scope: MemoryScope) -> int:
+    """RLIMIT_DATA for each process of the sandbox, in MiB.
+
+    With a memory cgroup (``scope == "sandbox"``) the cgroup bounds everything and RLIMIT_DATA is ``memory_mb``
+    too, so one huge allocation fails cleanly (ENOMEM) instead of waking the OOM killer. Without one, the tmpfs
+    mounts are filled at no process's expense, so their sizes come out of each process's budget: one process and
+    full tmpfs mounts stay within ``memory_mb`` (several processes still do not: that is what "per process" means).
+
+    Raises:
+        LaunchError: the tmpfs sizes leave less than :data:`MIN_PROCESS_MEMORY_MB` for a process.
+    """
+    if scope == "sandbox":
+        return limits.memory_mb
+    budget = limits.memory_mb - tmpfs_mb(limits)
+    if budget < MIN_PROCESS_MEMORY_MB:
+        raise LaunchError(
+            f"memory_mb = {limits.memory_mb} leaves {budget} MiB for a process once /tmp, $HOME and /dev/shm "
+            f"({limits.tmp_size_mb} MiB each) are full, and memory is bounded per process only on this machine",
+            hint=f"raise memory_mb to at least {tmpfs_mb(limits) + MIN_PROCESS_MEMORY_MB} or lower tmp_size_mb; "
+                 "`warden doctor` says why no memory cgroup can bound the sandbox as a whole")
+    return budget
+
+
+def prlimit_args(limits: Limits, hard_caps: Mapping[str, int], memory: MemoryScope = "process",
+                 nproc_base: int = 0) -> list[str]:
     """``prlimit`` options for ``limits``, each soft=hard, never above warden's own hard limit (``hard_caps``).
 
+    RLIMIT_NPROC is ``nproc_base + limits.processes``: the threads the sandbox's uid runs elsewhere count too.
+
     CPU gets hard = soft + 1 so the server first receives SIGXCPU (a clear signal) and SIGKILL a second later.
+    RLIMIT_DATA is :func:`process_memory_mb` (raises ``LaunchError`` when the tmpfs sizes leave too little).
     """
+    data = process_memory_mb(limits, memory) * _MB
     wanted = {
         "cpu": (limits.cpu_seconds, limits.cpu_seconds + 1),
         "nofile": (limits.open_files, limits.open_files),
         "fsize": (limits.file_size_mb * _MB, limits.file_size_mb * _MB),
-        "nproc": (limits.processes, limits.processes),
-        "data": (limits.memory_mb * _MB, limits.memory_mb * _MB),
+        "nproc": (nproc_base + limits.processes, nproc_base + limits.processes),
+        "data": (data, data),
         "core": (0, 0),
     }
     out = []
@@ -141,24 +199,20 @@ def landlock_rules(mounts: Sequence[Mount]) -> dict[str, list[str]]:
     return {"read": read, "write": write, "devices": ["/dev", "/proc"]}
 
 
-def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile, spec_env: Mapping[str, str],
-              spec_cwd: str | None, state_dir: str, privileged: bool, uid: int, gid: int,
-              hard_caps: Mapping[str, int], seccomp_digest: str, host_lexists: Any = os.path.lexists,
-              host_islink: Any = os.path.islink, host_readlink: Any = os.readlink) -> SandboxPlan:
-    """Decide the sandbox for one launch (see the module docstring).
+def check_dirs(settings: SandboxSettings, *, state_dir: str, scratch_tmp: str,
+               scratch_home: str) -> tuple[list[str], list[str], Callable[[str], str | None]]:
+    """The checks of a server's ``read_dirs`` / ``write_dirs`` that need no runtime: each exists, none is ``/``,
+    ``/proc``, ``/dev``, ``/sys``, warden's state directory or a system directory made writable, none replaces the
+    scratch space, write dirs do not nest, no read dir lies inside a write dir. :func:`make_plan` applies them at
+    every launch and ``warden policy check`` (through :func:`warden.sandbox.check_sandbox_settings`) before one, so
+    the two can never disagree.
 
-    ``privileged`` is True when warden runs as root: bwrap then runs without a user namespace and the server is
-    switched to the dedicated ``uid``/``gid`` by ``setpriv`` inside (E1, E2, B.9). Otherwise bwrap's user
-    namespace maps the caller's own ``uid``/``gid``.
+    Returns the resolved read and write dirs, and ``in_writable(path)``: the writable root holding ``path``, if any.
 
     Raises:
-        LaunchError: the policy asks for something that cannot be isolated safely; the message says what.
+        LaunchError: the first problem, naming the directory and the fix.
     """
-    _check_env(spec_env)
     state_real = os.path.realpath(state_dir)
-    scratch = base.scratch
-    tmp_bytes = settings.limits.tmp_size_mb * _MB
-
     read_dirs = [_canonical_dir(p, "read_dirs entry") for p in settings.read_dirs]
     write_dirs = [_canonical_dir(p, "write_dirs entry") for p in settings.write_dirs]
     # A path the server can write is checked in both spellings: as named (a symlink in it may have been planted
@@ -171,21 +225,16 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
                 return root
         return None
 
-    for path in (*read_dirs, *write_dirs, *(b.source for b in runtime.binds)):
-        if path == "/" or any(within(path, root) for root in _FORBIDDEN_BIND_ROOTS):
-            raise LaunchError(f"{path} cannot be bound into a sandbox (it gets its own /, /proc, /dev and no /sys)",
-                              hint="name a narrower directory in read_dirs / write_dirs")
-        if within(path, state_real) or within(state_real, path):
-            raise LaunchError(f"{path} would expose warden's state directory {state_real} to the server",
-                              hint="keep the state directory out of read_dirs / write_dirs (or move it)")
+    for path in (*read_dirs, *write_dirs):
+        _check_bind_source(path, state_real)
     for path in write_dirs:
         if path in _FORBIDDEN_WRITE or any(within(path, root) for root in ("/usr", "/etc", "/boot", "/proc")):
             raise LaunchError(f"{path} cannot be made writable for a server",
                               hint="grant a project or workspace directory instead")
     for path in (*read_dirs, *write_dirs):
-        if within(scratch.tmp, path) or within(scratch.home, path):
-            raise LaunchError(f"{path} would replace the sandbox's private scratch space ({scratch.tmp}, "
-                              f"{scratch.home})", hint=f"grant a subdirectory, e.g. {path.rstrip('/')}/work")
+        if within(scratch_tmp, path) or within(scratch_home, path):
+            raise LaunchError(f"{path} would replace the sandbox's private scratch space ({scratch_tmp}, "
+                              f"{scratch_home})", hint=f"grant a subdirectory, e.g. {path.rstrip('/')}/work")
     for index, outer in enumerate(write_dirs):
         for inner in write_dirs[index + 1:]:
             if within(inner, outer) or within(outer, inner):
@@ -204,6 +253,51 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         if any(within(os.path.normpath(given), other) or within(other, os.path.normpath(given)) for other in others):
             raise LaunchError(f"write_dirs entry {given} is nested with another write dir",
                               hint="grant only the outer directory")
+    return read_dirs, write_dirs, in_writable
+
+
+def _check_bind_source(path: str, state_real: str) -> None:
+    if path == "/" or any(within(path, root) for root in _FORBIDDEN_BIND_ROOTS):
+        raise LaunchError(f"{path} cannot be bound into a sandbox (it gets its own /, /proc, /dev and no /sys)",
+                          hint="name a narrower directory in read_dirs / write_dirs")
+    if within(path, state_real) or within(state_real, path):
+        raise LaunchError(f"{path} would expose warden's state directory {state_real} to the server",
+                          hint="keep the state directory out of read_dirs / write_dirs (or move it)")
+
+
+def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile, spec_env: Mapping[str, str],
+              spec_cwd: str | None, state_dir: str, privileged: bool, uid: int, gid: int,
+              hard_caps: Mapping[str, int], seccomp_digest: str, memory: MemoryScope = "process",
+              boot_id: str | None = None, user: str | None = None, nproc_base: int = 0,
+              host_lexists: Any = os.path.lexists, host_islink: Any = os.path.islink,
+              host_readlink: Any = os.readlink) -> SandboxPlan:
+    """Decide the sandbox for one launch (see the module docstring).
+
+    ``privileged`` is True when warden runs as root: bwrap then runs without a user namespace and the server is
+    switched to ``uid``/``gid`` (its write dirs' owner or a dedicated uid, :mod:`._uids`) by ``setpriv`` inside
+    (E1, E2, B.9). Otherwise bwrap's user namespace maps the caller's own ``uid``/``gid``. ``memory`` says whether
+    a cgroup bounds the whole sandbox (see :func:`process_memory_mb`); ``user`` is the manifest's ``user``
+    (default: ``dedicated-uid`` or ``user-namespace``); ``nproc_base`` is the number of threads ``uid`` already runs
+    on the host (a write dir's owner: RLIMIT_NPROC counts those too); ``boot_id``, when given, is shown at
+    ``/proc/sys/kernel/random/boot_id`` instead of the host's (a stable host fingerprint).
+
+    Raises:
+        LaunchError: the policy asks for something that cannot be isolated safely; the message says what.
+    """
+    _check_env(spec_env)
+    state_real = os.path.realpath(state_dir)
+    scratch = base.scratch
+    tmp_bytes = settings.limits.tmp_size_mb * _MB
+
+    read_dirs, write_dirs, in_writable = check_dirs(settings, state_dir=state_dir, scratch_tmp=scratch.tmp,
+                                                    scratch_home=scratch.home)
+    store_entries = os.path.join(os.path.realpath(store_dir(Path(state_dir))), "")
+    for path in (b.source for b in runtime.binds):
+        if _store_entry(path, store_entries) and path not in (*read_dirs, *write_dirs):
+            if path == "/" or any(within(path, root) for root in _FORBIDDEN_BIND_ROOTS):
+                _check_bind_source(path, state_real)
+            continue  # the one carved exception: a package entry of warden's store, read-only (intake/_store.py)
+        _check_bind_source(path, state_real)
     tainted = [path for path in runtime.derived_from if in_writable(path) is not None]
     if tainted:
         for bind in runtime.binds:
@@ -236,12 +330,23 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
             mounts.append(Mount("symlink", entry.path, host_readlink(entry.path), why=entry.why))
         else:
             add_bind("ro-bind", os.path.realpath(entry.path), entry.path, entry.why)
+    system_dirs = [e.path for e in base.system if host_lexists(e.path) and not host_islink(e.path)]
     for entry in base.etc:
         if host_lexists(entry.path) and os.path.exists(entry.path):
-            add_bind("ro-bind", os.path.realpath(entry.path), entry.path, entry.why)
-    data = synthesized_files(uid=uid, gid=gid, home=scratch.home)
+            real = os.path.realpath(entry.path)
+            if host_islink(entry.path) and any(within(real, root) for root in system_dirs):
+                # e.g. /etc/localtime -> /usr/share/zoneinfo/...: the same symlink, not a bind whose source (a
+                # host path) mountinfo would show.
+                mounts.append(Mount("symlink", entry.path, host_readlink(entry.path), why=entry.why))
+            else:
+                add_bind("ro-bind", real, entry.path, entry.why)
+    data = synthesized_files(uid=uid, gid=gid, home=scratch.home, granted=[*read_dirs, *write_dirs])
     for entry in base.synthesized:
         mounts.append(Mount("data", entry.path, entry.path, perms=0o444, why=entry.why))
+    if boot_id is not None:
+        data[BOOT_ID] = f"{boot_id}\n".encode()
+        mounts.append(Mount("bind-data", BOOT_ID, BOOT_ID, perms=0o444,
+                            why="a boot id of the sandbox's own: the host's is a stable fingerprint of the machine"))
     mounts.append(Mount("tmpfs", scratch.tmp, perms=0o1777, size=tmp_bytes, why=scratch.why))
     mounts.append(Mount("tmpfs", scratch.home, perms=0o1777 if privileged else 0o700, size=tmp_bytes,
                         why=scratch.why))
@@ -275,8 +380,9 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         parts = PurePosixPath(mount.dest).parts
         for depth in range(2, len(parts)):
             ancestor = str(PurePosixPath(*parts[:depth]))
-            if ancestor in created or any(within(ancestor, m.dest) for m in mounted if m.op in ("ro-bind", "bind")):
-                continue  # a host directory shows through there, with its own permissions
+            if ancestor in created or any(within(ancestor, m.dest) for m in mounted
+                                          if m.op in ("ro-bind", "bind", "proc")):
+                continue  # a host (or procfs) directory shows through there, with its own permissions
             ordered.append(Mount("dir", ancestor, perms=0o755, why="mount point parent, traversable by the sandbox"))
             created.add(ancestor)
         ordered.append(mount)
@@ -310,7 +416,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         if name not in _SANDBOX_OWNED_ENV:
             env[name] = value
 
-    shims = [PRLIMIT, *prlimit_args(settings.limits, hard_caps), "--"]
+    shims = [PRLIMIT, *prlimit_args(settings.limits, hard_caps, memory, nproc_base), "--"]
     if privileged:
         shims += [SETPRIV, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--inh-caps=-all",
                   "--bounding-set=-all", "--"]
@@ -333,16 +439,19 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         "workdir": workdir,
         "network": settings.network,
         "limits": settings.limits.model_dump(),
+        "memory_scope": memory,
         "seccomp_sha256": seccomp_digest,
-        "user": "dedicated-uid" if privileged else "user-namespace",
+        "user": user or ("dedicated-uid" if privileged else "user-namespace"),
         "landlock": settings.landlock,
     }
+    if runtime.package is not None:
+        manifest["package"] = dict(runtime.package)
     return SandboxPlan(privileged=privileged, uid=uid, gid=gid, mounts=tuple(ordered),
                        env=tuple(sorted(env.items())), argv=argv, chdir=workdir, data=data, manifest=manifest)
 
 
 def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: int, status_fd: int,
-               extra: Sequence[str] = ()) -> list[str]:
+               block_fd: int | None = None, extra: Sequence[str] = ()) -> list[str]:
     """Render ``plan``'s options for ``--args FD`` (nothing here reaches a command line).
 
     bwrap takes the command itself only from its real argv, so the caller appends ``--`` and ``plan.argv``
@@ -374,6 +483,8 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
         elif mount.op == "data":
             # Copied into the root tmpfs, which is remounted read-only at the end: no bind mount needed.
             args += ["--file", str(data_fds[mount.src]), mount.dest]
+        elif mount.op == "bind-data":
+            args += ["--ro-bind-data", str(data_fds[mount.src]), mount.dest]
         elif mount.op == "proc":
             args += ["--proc", mount.dest]
         elif mount.op == "dev":
@@ -383,7 +494,12 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
     args += ["--clearenv"]
     for name, value in plan.env:
         args += ["--setenv", name, value]
-    args += ["--chdir", plan.chdir, "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), *extra]
+    args += ["--chdir", plan.chdir, "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd)]
+    if block_fd is not None:
+        # The sandbox's init waits here, after its setup and before it starts the server, until warden has put it
+        # in its memory cgroup and sealed its memfds (see BwrapLauncher.launch).
+        args += ["--block-fd", str(block_fd)]
+    args += [*extra]
     return args
 
 

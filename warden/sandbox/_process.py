@@ -64,8 +64,11 @@ class SpawnedProcess:
 
 
 def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None,
-          pass_fds: Sequence[int] = (), umask: int = -1) -> SpawnedProcess:
+          pass_fds: Sequence[int] = (), umask: int = -1, executable: str | None = None) -> SpawnedProcess:
     """Fork and exec ``argv`` on this thread in a new session, stdin/stdout/stderr piped, only ``pass_fds`` kept.
+
+    ``executable`` runs that file with ``argv`` as its command line (``argv[0]`` then need not be its path: a
+    sandbox's init shows ``bwrap``, not where warden's bwrap lives on the host).
 
     Raises:
         LaunchError: the executable cannot be started.
@@ -80,11 +83,11 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None
         pipes += [err_r, err_w]
         popen = subprocess.Popen(
             list(argv), stdin=in_r, stdout=out_w, stderr=err_w, env=dict(env), cwd=cwd,
-            start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds), umask=umask)
+            start_new_session=True, close_fds=True, pass_fds=tuple(pass_fds), umask=umask, executable=executable)
     except OSError as exc:
         for fd in pipes:
             os.close(fd)
-        raise LaunchError(f"cannot start {argv[0]!r}: {exc.strerror or exc}",
+        raise LaunchError(f"cannot start {(executable or argv[0])!r}: {exc.strerror or exc}",
                           hint="check that the program exists and is executable") from exc
     for fd in (in_r, out_w, err_w):
         os.close(fd)
@@ -112,6 +115,12 @@ class PipedChild:
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream) -> None:
         self._process = process
         self._stderr = stderr
+        self._stop_reason: str | None = None
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why warden stopped the server (set by a launcher that enforces a limit), else None."""
+        return self._stop_reason
 
     @property
     def stdin(self) -> trio.abc.SendStream:

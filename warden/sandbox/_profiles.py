@@ -21,7 +21,7 @@ from warden.paths import absolute_path
 
 ProfileName = Literal["node", "python", "binary"]
 Finder = Literal["runtime_prefix", "node_modules", "package_json", "venv", "script", "executable"]
-SYNTHESIZED = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/hostname")
+SYNTHESIZED = ("/etc/passwd", "/etc/group", "/etc/hosts", "/etc/nsswitch.conf", "/etc/hostname", "/etc/gitconfig")
 
 
 class _Entry(BaseModel):

@@ -1,7 +1,8 @@
 """Which host paths a server's runtime needs: the finders behind the node / python / binary profiles.
 
-Given a launch spec, this module resolves the command on the host (``npx`` and ``uvx`` are resolved to the
-installed package they would run, because the sandbox has no network to download one), reads its ``#!`` line,
+Given a launch spec, this module resolves the command on the host (``npx``, ``uvx`` and ``pipx run`` are resolved
+to the program of the package warden took into its store, because the sandbox has no network to download one and
+no package is ever run on the host to install it), reads its ``#!`` line,
 picks a profile and runs that profile's finders. The result is a :class:`Runtime`: the argv to exec inside the
 sandbox and the read-only binds, each with the profile's reason.
 
@@ -9,15 +10,13 @@ What is never bound automatically: a directory named in the server's arguments (
 Those are the policy's call (``read_dirs`` / ``write_dirs``); guessing them would hand a server whatever path a
 host configuration happens to mention.
 
-The parsers (:func:`parse_shebang`, :func:`parse_pyvenv_home`, :func:`split_package_spec`) are pure and
+The parsers (:func:`parse_shebang`, :func:`parse_pyvenv_home`) are pure and
 property-tested; the finders read the filesystem (``stat``, ``readlink``, small reads) and nothing else.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
-import json
 import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from warden.errors import LaunchError
+from warden.intake import RUNNERS, resolve_launch
 from warden.paths import within
 from warden.sandbox._profiles import Finder, Profiles, RuntimeProfile
 
@@ -61,6 +61,8 @@ class Runtime:
     # package.json). If the server can write one of them, it could steer the next launch's binds: the planner
     # refuses that (see _plan.make_plan).
     derived_from: tuple[str, ...] = ()
+    # The store entry an npx / uvx / pipx command runs from (its launch-manifest fields), if any.
+    package: Mapping[str, str] | None = None
 
 
 def parse_shebang(head: bytes) -> tuple[str, str | None] | None:
@@ -96,17 +98,6 @@ def parse_pyvenv_home(text: str) -> str | None:
             value = value.strip()
             return value if value.startswith("/") and "\0" not in value else None
     return None
-
-
-def split_package_spec(spec: str) -> tuple[str, str | None]:
-    """Split an npm/PyPI package spec into (name, version or None): ``@scope/pkg@1.2``, ``pkg==1.0``, ``pkg``."""
-    for sep in ("==", "@"):
-        at = spec.find(sep, 1)  # position 0 is the scope's '@'
-        if at > 0:
-            version = spec[at + len(sep):]
-            return spec[:at], (version or None)
-    return spec, None
-
 
 
 def _system_view(path: str) -> str:
@@ -254,129 +245,30 @@ class _Binds:
         self.items.append(RuntimeBind(path=dest, source=os.path.realpath(dest), finder=finder, why=why))
 
 
-def _resolve_npx(args: Sequence[str], *, cwd: str, host_env: Mapping[str, str]) -> list[str]:
-    """Turn ``npx [-y] [--package P] name[@ver] args...`` into ``[bin script, args...]`` of the installed package.
-
-    Looked up, in order: ``node_modules`` of ``cwd`` and its parents, then the npx cache
-    (``$npm_config_cache`` or ``~/.npm``, ``_npx/*/node_modules``). The sandbox has no network, so a package
-    that is not installed yet cannot be fetched: warden says how to install it instead.
-    """
-    package: str | None = None
-    rest: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg in ("-p", "--package"):
-            package = args[index + 1] if index + 1 < len(args) else None
-            index += 2
-            continue
-        if arg.startswith("--package="):
-            package = arg.split("=", 1)[1]
-        elif arg == "--":
-            rest = list(args[index + 1:])
-            break
-        elif not arg.startswith("-"):
-            rest = list(args[index:])
-            break
-        index += 1
-    if not rest:
-        raise LaunchError("npx was given no package to run", hint="write the server as `npx -y PACKAGE [ARGS]`")
-    command, *command_args = rest
-    name, version = split_package_spec(package or command)
-    if version == "latest":
-        version = None  # a dist-tag, not a version: whatever is installed is what runs (offline)
-    bin_name = split_package_spec(command)[0].rsplit("/", 1)[-1] if package else name.rsplit("/", 1)[-1]
-    roots: list[Path] = [Path(cwd, *([".."] * up)).resolve() / "node_modules" for up in range(0, 32)]
-    cache = host_env.get("npm_config_cache") or os.path.join(host_env.get("HOME", "/nonexistent"), ".npm")
-    npx_dir = Path(cache) / "_npx"
-    with contextlib.suppress(OSError):
-        roots += sorted(p / "node_modules" for p in npx_dir.iterdir())
-    seen: set[Path] = set()
-    for root in roots:
-        if root in seen:
-            continue
-        seen.add(root)
-        manifest_bytes = _read_small(root / name / "package.json")
-        if manifest_bytes is None:
-            continue
-        try:
-            manifest = json.loads(manifest_bytes)
-        except ValueError:
-            continue
-        if not isinstance(manifest, dict) or (version is not None and manifest.get("version") != version):
-            continue
-        bins = manifest.get("bin")
-        target: object = bins if isinstance(bins, str) else (
-            bins.get(bin_name) or (next(iter(bins.values())) if len(bins) == 1 else None)
-            if isinstance(bins, dict) else None)
-        if isinstance(target, str):
-            package_dir = os.path.normpath(root / name)
-            script = os.path.normpath(os.path.join(package_dir, target))
-            if not within(script, package_dir):
-                continue  # a "bin" pointing out of its own package is not followed
-            return [script, *command_args]
-    raise LaunchError(
-        f"npx package {package or command!r} is not installed (warden runs npx offline: the sandbox has no "
-        "network to download it)",
-        hint=f"install it first: `npm install {package or command}` in the server's directory, or run "
-             f"`npx -y {package or command} --help` once outside warden")
-
-
-def _resolve_uvx(args: Sequence[str], *, host_env: Mapping[str, str]) -> list[str]:
-    """Turn ``uvx [--from P] name args...`` into the entry point of the installed uv tool ``P``.
-
-    uv installs tools as virtualenvs under ``$UV_TOOL_DIR`` (default ``$XDG_DATA_HOME/uv/tools``, i.e.
-    ``~/.local/share/uv/tools``); their entry points run without uv, offline, which is what the sandbox needs.
-    """
-    source: str | None = None
-    rest: list[str] = []
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        if arg == "--from":
-            source = args[index + 1] if index + 1 < len(args) else None
-            index += 2
-            continue
-        if arg.startswith("--from="):
-            source = arg.split("=", 1)[1]
-        elif not arg.startswith("-"):
-            rest = list(args[index:])
-            break
-        index += 1
-    if not rest:
-        raise LaunchError("uvx was given no tool to run", hint="write the server as `uvx PACKAGE [ARGS]`")
-    command, *command_args = rest
-    package = split_package_spec(source or command)[0]
-    command = split_package_spec(command)[0]
-    tool_dir = host_env.get("UV_TOOL_DIR") or os.path.join(
-        host_env.get("XDG_DATA_HOME") or os.path.join(host_env.get("HOME", "/nonexistent"), ".local", "share"),
-        "uv", "tools")
-    entry = Path(tool_dir) / package / "bin" / command
-    if os.access(entry, os.X_OK) and _is_file(entry):
-        return [str(entry), *command_args]
-    raise LaunchError(
-        f"uv tool {package!r} is not installed at {entry.parent.parent} (warden runs uvx offline: the sandbox "
-        "has no network to download it)",
-        hint=f"install it first: `uv tool install {package}`")
-
-
 def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, host_env: Mapping[str, str],
-                   cwd: str) -> Runtime:
+                   cwd: str, state_dir: Path | None = None) -> Runtime:
     """Resolve ``argv`` on the host and decide what the sandbox must show of it (see the module docstring).
 
+    ``npx`` / ``uvx`` / ``pipx run`` commands run the program of their package's entry in warden's store
+    (``state_dir``), pinned at intake (:mod:`warden.intake`); the sandbox has no network to fetch anything.
+
     Raises:
-        LaunchError: the command does not exist, or ``npx`` / ``uvx`` name a package that is not installed.
+        LaunchError: the command does not exist, or names a package that was not taken into the store.
     """
     search_path = host_env.get("PATH") or os.defpath
     args = list(argv)
-    base = os.path.basename(args[0])
     evidence: list[str] = []
-    if base == "npx":
-        node = resolve_command("node", search_path=search_path, cwd=cwd)
-        args = [node, *_resolve_npx(args[1:], cwd=cwd, host_env=host_env)]
-        evidence.append(args[1])  # found through a package.json
-    elif base == "uvx":
-        args = _resolve_uvx(args[1:], host_env=host_env)
+    package: dict[str, str] | None = None
+    if os.path.basename(args[0]) in RUNNERS:
+        if state_dir is None:
+            raise LaunchError(f"{args[0]} commands run from warden's package store, and this launcher has none",
+                              hint="start the server through `warden run`")
+        node = resolve_command("node", search_path=search_path, cwd=cwd) if os.path.basename(args[0]) == "npx" \
+            else ""
+        resolved = resolve_launch(args, state_dir=state_dir, node=node)
+        assert resolved is not None
+        args = list(resolved.argv)
+        package = resolved.record.manifest()
     exe = resolve_command(args[0], search_path=search_path, cwd=cwd)
     real_exe = os.path.realpath(exe)
 
@@ -459,4 +351,5 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
     if script_index is not None and script is not None:
         final[script_index] = script
     return Runtime(profile=profile.name, argv=tuple(final), binds=tuple(binds.items),
-                   path_dirs=tuple(path_dirs), env=dict(profile.env), derived_from=tuple(dict.fromkeys(evidence)))
+                   path_dirs=tuple(path_dirs), env=dict(profile.env), derived_from=tuple(dict.fromkeys(evidence)),
+                   package=package)

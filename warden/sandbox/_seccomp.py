@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warden.errors import SandboxUnavailable
+from warden.sandbox._memfd import data_memfd
 
 _MAX_U64 = (1 << 64) - 1
 _MAX_RULES_BYTES = 256 * 1024
@@ -67,7 +68,7 @@ class SeccompRule(BaseModel):
     action: str
     syscalls: tuple[str, ...] = Field(min_length=1)
     args: tuple[ArgCheck, ...] = ()
-    when: Literal["no_network"] | None = None
+    when: Literal["no_network", "no_memfd_noexec"] | None = None
 
     @field_validator("action")
     @classmethod
@@ -102,13 +103,17 @@ class RuleList(BaseModel):
     bad_arch: Literal["kill_process"]
     rule: tuple[SeccompRule, ...] = Field(min_length=1)
 
-    def applicable(self, *, network: bool) -> tuple[SeccompRule, ...]:
-        """The rules in force for a server with (``network=True``) or without network."""
-        return tuple(r for r in self.rule if r.when is None or (r.when == "no_network" and not network))
+    def applicable(self, *, network: bool, memfd_noexec: bool = False) -> tuple[SeccompRule, ...]:
+        """The rules in force for a server with (``network=True``) or without network, in a PID namespace that
+        does (``memfd_noexec=True``: the kernel seals every memfd non-executable) or does not enforce
+        ``vm.memfd_noexec = 2``. The defaults are the stricter filter."""
+        off = {"no_network": network, "no_memfd_noexec": memfd_noexec}
+        return tuple(r for r in self.rule if r.when is None or not off[r.when])
 
-    def digest(self, *, network: bool) -> str:
+    def digest(self, *, network: bool, memfd_noexec: bool = False) -> str:
         """SHA-256 over the applicable rules, canonical JSON: part of a server's launch manifest."""
-        body = json.dumps([r.model_dump(mode="json") for r in self.applicable(network=network)],
+        body = json.dumps([r.model_dump(mode="json") for r in self.applicable(network=network,
+                                                                              memfd_noexec=memfd_noexec)],
                           sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(body.encode()).hexdigest()
 
@@ -148,11 +153,12 @@ def _libseccomp() -> Any:
     return pyseccomp
 
 
-_COMPILED: dict[tuple[str, bool], bytes] = {}
+_COMPILED: dict[tuple[str, bool, bool], bytes] = {}
 
 
-def compile_filter(rules: RuleList, *, network: bool) -> bytes:
-    """Compile the applicable rules to a classic-BPF program for the native architecture.
+def compile_filter(rules: RuleList, *, network: bool, memfd_noexec: bool = False) -> bytes:
+    """Compile the applicable rules (see :meth:`RuleList.applicable`) to a classic-BPF program for the native
+    architecture.
 
     The result is a pure function of the rules, so it is memoized by their digest (a few ms saved per launch).
 
@@ -160,16 +166,16 @@ def compile_filter(rules: RuleList, *, network: bool) -> bytes:
         SandboxUnavailable: libseccomp is missing, or it does not know a syscall named in the list (an older
             libseccomp than the list was written for): the filter would have a hole, so nothing starts.
     """
-    key = (rules.digest(network=network), network)
+    key = (rules.digest(network=network, memfd_noexec=memfd_noexec), network, memfd_noexec)
     cached = _COMPILED.get(key)
     if cached is not None:
         return cached
-    program = _compile(rules, network=network)
+    program = _compile(rules.applicable(network=network, memfd_noexec=memfd_noexec))
     _COMPILED[key] = program
     return program
 
 
-def _compile(rules: RuleList, *, network: bool) -> bytes:
+def _compile(rules: tuple[SeccompRule, ...]) -> bytes:
     sc = _libseccomp()
     ops = {"eq": sc.EQ, "ne": sc.NE, "ge": sc.GE, "masked_eq": sc.MASKED_EQ}
     try:
@@ -178,7 +184,7 @@ def _compile(rules: RuleList, *, network: bool) -> bytes:
         # A binary tree over syscall numbers instead of a linear list: every allowed syscall (the hot path of
         # a server) then costs a handful of BPF instructions, not one per rule.
         filt.set_attr(sc.Attr.CTL_OPTIMIZE, 2)
-        for rule in rules.applicable(network=network):
+        for rule in rules:
             action = sc.ERRNO(getattr(errno, rule.action))
             for name in rule.syscalls:
                 number = sc.resolve_syscall(sc.Arch.NATIVE, name)
@@ -192,7 +198,7 @@ def _compile(rules: RuleList, *, network: bool) -> bytes:
                         for arg, op, value, mask in combo
                     ]
                     filt.add_rule(action, number, *args)
-        fd = os.memfd_create("warden-seccomp", os.MFD_CLOEXEC)
+        fd = data_memfd("warden-seccomp")
         try:
             with os.fdopen(os.dup(fd), "wb") as handle:
                 filt.export_bpf(handle)

@@ -18,12 +18,17 @@ from typing import Literal
 
 import trio
 
+from warden.audit import ENTRIES_RESERVE, fallocate_supported
+from warden.egress import PROXY_PORT, EgressDecision, EgressRules, EgressTally, SandboxEgress
 from warden.errors import WardenError
 from warden.launcher import LaunchSpec
+from warden.paths import private_problem
 from warden.sandbox import _host
 from warden.sandbox._bwrap import BwrapLauncher
 from warden.sandbox._bwrap_binary import FIXED_VERSION, MITIGATION, locate_bwrap
+from warden.sandbox._cgroup import MemoryCgroups, find_memory_cgroups
 from warden.sandbox._data import data_dir
+from warden.sandbox._memfd import NSENTER, SYSCTL, can_seal
 from warden.sandbox._plan import PRLIMIT, SETPRIV
 from warden.sandbox._seccomp import compile_filter, load_rules
 from warden.sandbox._uids import SLOTS, UID_BASE
@@ -125,6 +130,34 @@ def check_shims() -> Check:
     return Check("exec shims", "ok", f"{PRLIMIT} (rlimits) and {SETPRIV} (uid drop) inside the sandbox")
 
 
+def check_memory() -> Check:
+    """Whether ``memory_mb`` bounds whole sandboxes here (a memory cgroup per sandbox) or each process only."""
+    place = find_memory_cgroups()
+    if isinstance(place, MemoryCgroups):
+        return Check("sandbox memory", "ok", f"memory_mb bounds each sandbox as a whole, its tmpfs mounts included: "
+                                             f"{place.describe()}")
+    return Check("sandbox memory", "warn",
+                 f"memory is bounded per process only: {place.reason}; so the tmpfs sizes (/tmp, $HOME, /dev/shm: "
+                 "3 x tmp_size_mb) are taken out of each process's RLIMIT_DATA. To bound whole sandboxes, run "
+                 "warden as root, or in a cgroup that hands the memory controller to sub-cgroups (cgroup v2: "
+                 "memory in its cgroup.subtree_control)")
+
+
+def check_memfd() -> Check:
+    """How the sandbox is kept from running code out of a memfd (see ``warden.sandbox._memfd``)."""
+    if can_seal(privileged=os.geteuid() == 0):
+        return Check("memfd exec", "ok", "vm.memfd_noexec = 2 in each sandbox's PID namespace: every memfd is "
+                                         "sealed non-executable and MFD_EXEC is refused")
+    if os.geteuid() != 0:
+        why = "an unprivileged warden cannot set vm.memfd_noexec"
+    elif not os.path.exists(SYSCTL):
+        why = "this kernel has no vm.memfd_noexec (Linux 6.3+)"
+    else:
+        why = f"{NSENTER} is missing (apt-get install util-linux)"
+    return Check("memfd exec", "ok", f"the seccomp filter refuses every memfd without MFD_NOEXEC_SEAL, so none is "
+                                     f"executable ({why}; a program that makes unsealed memfds gets EACCES)")
+
+
 def check_engines(env: Mapping[str, str]) -> list[Check]:
     rows = []
     for engine in ("podman", "docker"):
@@ -150,13 +183,9 @@ def check_state_dir(state_dir: Path) -> Check:
         return Check("state dir", "fail", f"{state_dir}: {exc.strerror}")
     if not stat.S_ISDIR(st.st_mode):
         return Check("state dir", "fail", f"{state_dir} is not a directory")
-    problems = []
-    if st.st_uid != os.geteuid():
-        problems.append(f"owned by uid {st.st_uid}, not {os.geteuid()}")
-    if st.st_mode & 0o077:
-        problems.append(f"mode {stat.S_IMODE(st.st_mode):04o}, must be 0700 (chmod 700 {state_dir})")
-    if problems:
-        return Check("state dir", "fail", f"{state_dir}: " + "; ".join(problems))
+    problem = private_problem(st, mode=0o700)
+    if problem is not None:
+        return Check("state dir", "fail", f"{state_dir} {problem} (chmod 700 {state_dir})")
     return Check("state dir", "ok", f"{state_dir} (0700, ours; never bound into a sandbox)")
 
 
@@ -200,10 +229,65 @@ async def check_canary(state_dir: Path, env: Mapping[str, str]) -> Check:
                  f"no network, {lines[-1]} processes visible")
 
 
+class _NoRecords:
+    async def decided(self, decision: EgressDecision) -> int | None:
+        await trio.lowlevel.checkpoint()
+        return None
+
+    def closed(self, decision: EgressDecision, index: int | None, tally: EgressTally) -> None:
+        pass
+
+
+async def check_egress(state_dir: Path, env: Mapping[str, str]) -> Check:
+    """Start a sandbox with an allow-list: the proxy must get its listener into the sandbox's network namespace
+    (as root: setns; as a user: joining bwrap's user namespace first), or servers with ``network.allow`` fail."""
+    egress = SandboxEgress(EgressRules.parse(["doctor.invalid:443"]))
+    launcher = BwrapLauncher(SandboxSettings(), state_dir=state_dir, host_env=env, egress=egress)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(egress.serve, _NoRecords())
+        try:
+            child = await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", "exit 0")))
+            code = await child.wait()
+        except WardenError as exc:
+            return Check("egress proxy", "fail", f"{exc.message} -- {exc.hint}: servers with network.allow will not "
+                                                 "start (servers without network are unaffected)")
+        finally:
+            nursery.cancel_scope.cancel()
+    if code != 0:
+        return Check("egress proxy", "fail", f"a sandbox with an allow-list exited {code}")
+    return Check("egress proxy", "ok", f"network.allow works: the proxy listens on 127.0.0.1:{PROXY_PORT} inside each "
+                                       "such sandbox, which has no other way out, and decides on the resolved address")
+
+
+def check_audit_reserve(state_dir: Path) -> Check:
+    """Whether the state dir's file system can hold the audit log's disk reserve (``warden.audit._reserve``)."""
+    try:
+        fd = os.open(state_dir, os.O_TMPFILE | os.O_RDWR, 0o600)
+    except OSError as exc:
+        return Check("audit disk reserve", "info", f"not checked: cannot make a file in {state_dir} ({exc.strerror})")
+    try:
+        supported = fallocate_supported(fd)
+    finally:
+        os.close(fd)
+    if not supported:
+        return Check("audit disk reserve", "warn",
+                     f"the file system of {state_dir} cannot preallocate (no fallocate): a full disk fails the audit "
+                     "log, and with it every call, without a record of why. Put the state dir on a local file "
+                     "system (--state-dir, WARDEN_STATE_DIR)")
+    return Check("audit disk reserve", "ok",
+                 f"{ENTRIES_RESERVE // (1024 * 1024)} MiB kept allocated past the audit log's end: a full disk pauses "
+                 "audited actions (refused with the reason, audit.paused recorded) instead of silencing the log")
+
+
 async def run_checks(state_dir: Path, env: Mapping[str, str]) -> list[Check]:
     """All checks, in the order doctor prints them. ``state_dir`` must be warden's (private) state directory."""
-    rows = [*check_bwrap(env), check_userns(), check_seccomp(), check_landlock(), check_shims(),
-            *check_engines(env), check_state_dir(state_dir)]
-    if not any(row.blocking for row in rows) and rows[-1].status != "fail":
+    state = check_state_dir(state_dir)
+    rows = [*check_bwrap(env), check_userns(), check_seccomp(), check_landlock(), check_shims(), check_memory(),
+            check_memfd(), *check_engines(env), state]
+    if state.status == "ok":
+        rows.append(check_audit_reserve(state_dir))
+    if not any(row.blocking for row in rows) and state.status != "fail":
         rows.append(await check_canary(state_dir, env))
+        if rows[-1].status == "ok":
+            rows.append(await check_egress(state_dir, env))
     return rows

@@ -15,10 +15,13 @@ from warden.paths import absolute_path
 
 
 class Limits(BaseModel):
-    """Resource limits applied inside the sandbox (rlimits through an exec shim; container flags for engines).
+    """Resource limits applied to the sandbox (rlimits through an exec shim; container flags for engines).
 
     rlimits are per process (CPU, file size) or per uid (processes), so they bound a runaway server, not a
-    determined one that forks; cgroups would be the stronger tool and are not available on every host.
+    determined one that forks. ``memory_mb`` bounds the whole sandbox, processes and tmpfs mounts together,
+    where the machine gives warden a memory cgroup (``warden doctor`` says whether it does); elsewhere it is an
+    rlimit per process, from which the tmpfs sizes are taken out. ``write_quota_mb`` is enforced by warden
+    measuring the write dirs while the server runs (``warden/sandbox/_quota.py``).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -29,8 +32,15 @@ class Limits(BaseModel):
     processes: int = Field(default=256, ge=8,
                            description="RLIMIT_NPROC, counted per uid: per sandbox with warden's uid slots or "
                                        "bwrap's user namespace")
-    memory_mb: int = Field(default=4096, ge=64, description="container --memory; RLIMIT_DATA for bwrap")
-    tmp_size_mb: int = Field(default=256, ge=1, description="size of the private /tmp and $HOME tmpfs")
+    memory_mb: int = Field(default=4096, ge=64,
+                           description="memory of the whole sandbox, tmpfs included (a memory cgroup; container "
+                                       "--memory), or RLIMIT_DATA per process minus the tmpfs sizes where no "
+                                       "cgroup is available")
+    tmp_size_mb: int = Field(default=256, ge=1, description="size of each private tmpfs: /tmp, $HOME, /dev/shm")
+    write_quota_mb: int = Field(default=1024, ge=1,
+                                description="how much the write dirs may grow while warden runs the server "
+                                            "(allocated bytes, at least 4 KiB per new entry); past it the "
+                                            "server is stopped and not restarted")
 
 
 class SandboxSettings(BaseModel):

@@ -6,15 +6,20 @@ Reading: chunks go through the :class:`~warden.protocol.framing.LineFramer` (har
 cap comes back as an :class:`~warden.protocol.messages.Invalid` like any other unreadable line, with the id found
 in its first bytes, so callers handle one kind of bad input.
 
-Writing: :meth:`MessageChannel.send` puts a message in an outbox bounded in *bytes*, and one writer task drains
-everything queued into a single write. A slow peer therefore pushes back on whoever produces for it (the outbox
-fills and ``send`` waits), and memory stays bounded however fast the other side floods. A single message larger
-than the budget still goes through on its own, so the bound is budget + one maximum-size message.
+Writing: when nothing is queued and the writer is idle, :meth:`MessageChannel.send` writes the message at once with
+a non-blocking ``os.write`` on the pipe (the fast path: no task wakes up for it). Whatever the pipe does not take
+(``EAGAIN``, a short write) goes to an outbox bounded in *bytes*, and one writer task drains everything queued into
+a single write; while anything is queued every message queues behind it, so order is kept. A slow peer therefore
+pushes back on whoever produces for it (the outbox fills and ``send`` waits), and memory stays bounded however fast
+the other side floods. A single message larger than the budget still goes through on its own, so the bound is
+budget + one maximum-size message. Streams without a file descriptor (in-memory streams in tests) always queue.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 from collections import deque
 from typing import Final, final
 
@@ -23,6 +28,7 @@ import trio
 from warden.errors import LocalProtocolError
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, LineFramer, Oversized
 from warden.protocol.messages import INVALID_REQUEST, Invalid, Message, parse_message, scan_prefix
+from warden.secrets import Redactor
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +52,25 @@ class _Outbox:
     def queued_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and the writer not in the middle of a write: a message may go straight to the pipe."""
+        return not self._items and not self.writing and not self._closed
+
+    writing = False
+
     async def put(self, data: bytes) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
         while self._bytes and self._bytes + len(data) > self._limit and not self._closed:
             await self._space.park()
+        if self._closed:
+            raise trio.ClosedResourceError("channel is closed")
+        self._items.append(data)
+        self._bytes += len(data)
+        self._data.unpark_all()
+
+    def put_rest(self, data: bytes) -> None:
+        """The unwritten rest of a message the fast path began: queued first, at once, whatever the budget."""
         if self._closed:
             raise trio.ClosedResourceError("channel is closed")
         self._items.append(data)
@@ -82,17 +103,23 @@ class MessageChannel:
         name: for log lines ("host", "upstream time").
         max_message_size: the per-message cap on reading.
         outbox_bytes: the write-side budget.
+        redactor: for a channel to a host, the process's secrets registry: :meth:`send` is that channel's one
+            redaction point, so no message warden writes to the host (a forwarded result, an error, a logging
+            notification, warden's own "the server exited" text) carries a registered value in clear.
     """
 
     def __init__(self, receive_stream: trio.abc.ReceiveStream, send_stream: trio.abc.SendStream, *, name: str,
                  max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE,
-                 outbox_bytes: int = DEFAULT_OUTBOX_BYTES) -> None:
+                 outbox_bytes: int = DEFAULT_OUTBOX_BYTES, redactor: Redactor | None = None) -> None:
         self.name = name
+        self._redactor = redactor if redactor else None
         self._receive_stream = receive_stream
         self._send_stream = send_stream
         self._framer = LineFramer(max_message_size)
         self._outbox = _Outbox(outbox_bytes)
         self._eof = False
+        fileno = getattr(send_stream, "fileno", None)
+        self._fd: int | None = fileno() if callable(fileno) else None
 
     @property
     def max_message_size(self) -> int:
@@ -123,14 +150,31 @@ class MessageChannel:
         return Invalid(INVALID_REQUEST, reason, id_raw, is_request, frame.prefix)
 
     async def send(self, message: bytes) -> None:
-        """Queue one encoded message (without newline); waits while the outbox is over budget.
+        """Write or queue one encoded message (without newline); waits while the outbox is over budget.
 
         Raises:
             trio.ClosedResourceError: the channel was closed or its writer failed.
         """
+        if self._redactor is not None:
+            message = self._redactor.wire(message)
         if b"\n" in message:
             raise LocalProtocolError("refusing to frame a message that contains a raw newline")
-        await self._outbox.put(message)
+        data = message + b"\n"
+        if self._fd is not None and self._outbox.idle:
+            try:
+                written = os.write(self._fd, data)
+            except BlockingIOError:
+                written = 0
+            except OSError as exc:
+                if exc.errno not in (errno.EPIPE, errno.EBADF, errno.ECONNRESET):
+                    raise
+                log.debug("%s: peer stopped reading", self.name)
+                self._outbox.close()
+                raise trio.ClosedResourceError("the peer stopped reading") from exc
+            if written < len(data):
+                self._outbox.put_rest(data[written:])  # never waits: a half-written message must not be left
+            return
+        await self._outbox.put(data)
 
     async def serve_writer(self) -> None:
         """Drain the outbox into the send stream until closed. A broken pipe closes the channel quietly."""
@@ -139,8 +183,11 @@ class MessageChannel:
                 items = await self._outbox.take_all()
                 if items is None:
                     break
-                data = b"\n".join(items) + b"\n"
-                await self._send_stream.send_all(data)
+                self._outbox.writing = True
+                try:
+                    await self._send_stream.send_all(b"".join(items))
+                finally:
+                    self._outbox.writing = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             log.debug("%s: peer stopped reading", self.name)
         finally:

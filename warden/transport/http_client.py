@@ -49,11 +49,9 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import ipaddress
 import logging
-import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
@@ -62,6 +60,7 @@ import msgspec
 import trio
 
 from warden import __version__
+from warden.auth import OAuthClient
 from warden.errors import (
     ConfigError,
     LocalProtocolError,
@@ -73,7 +72,6 @@ from warden.errors import (
     WardenError,
 )
 from warden.protocol.eras import META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION, MODERN_VERSIONS
-from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE
 from warden.protocol.http_answers import (
     AnswerKind,
     classify,
@@ -87,7 +85,6 @@ from warden.protocol.http_answers import (
 )
 from warden.protocol.mcp_headers import (
     HTTP_FIELD_VALUE,
-    HTTP_TOKEN,
     PROTOCOL_VERSION_HEADER,
     ToolHeaders,
     check_tool_headers,
@@ -110,17 +107,13 @@ from warden.protocol.messages import (
     encode_result,
     parse_message,
 )
+from warden.protocol.paging import Pager
 from warden.protocol.sse import SSEError, SSEParser
+from warden.transport.http_config import HttpSettings
 
 __all__ = [
     "HttpConnection",
     "HttpConnector",
-    "HttpSettings",
-    "auth_headers_from_config",
-    "headers_from_env",
-    "http_config",
-    "http_server_name",
-    "is_http_url",
     "map_http_error",
 ]
 
@@ -130,166 +123,17 @@ SESSION_HEADER: Final = "Mcp-Session-Id"
 LAST_EVENT_ID_HEADER: Final = "Last-Event-ID"
 ACCEPT_BOTH: Final = "application/json, text/event-stream"
 MAX_REDIRECTS: Final = 3
+MAX_AUTH_RETRIES: Final = 2
+"""How often one request is sent again after a 401/403 got warden a new token (a refresh or authorization, then
+at most one scope step-up)."""
 MAX_RESUMES: Final = 5
 """How many times one response stream (or the GET stream, without an event in between) is resumed."""
-MAX_LIST_PAGES: Final = 100
 INBOX_BATCHES: Final = 32
 """Batches waiting for the session; a reader that falls behind makes the HTTP readers wait (backpressure)."""
 ERROR_SNIPPET_BYTES: Final = 4096
 STOP_GRACE: Final = 5.0
 """Seconds a stop may spend saying goodbye (DELETE) before it closes the connection regardless."""
-MAX_URL_LENGTH: Final = 8192
 
-_RESERVED_HEADERS: Final = frozenset({
-    "accept", "accept-encoding", "connection", "content-length", "content-type", "host", "last-event-id",
-    "mcp-method", "mcp-name", "mcp-protocol-version", "mcp-session-id", "transfer-encoding", "te", "upgrade",
-})
-
-
-# ------------------------------------------------------------------------------------------------ configuration
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HttpSettings:
-    """One HTTP upstream: where it is, what credentials go with every request, and the time limits.
-
-    Build it with :func:`http_config`, which checks everything; ``headers`` holds secrets, so the ``repr`` shows
-    their names only.
-    """
-
-    url: str
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    connect_timeout: float = 10.0
-    """Seconds to open a TCP (and TLS) connection."""
-    write_timeout: float = 30.0
-    ack_timeout: float = 30.0
-    """Seconds a notification, an answer to a server request, or a DELETE may take to be accepted."""
-    endpoint_timeout: float = 10.0
-    """Seconds an HTTP+SSE server may take to announce its endpoint."""
-    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-
-    def __repr__(self) -> str:
-        names = ", ".join(name for name, _ in self.headers)
-        return f"HttpSettings(url={self.url!r}, headers=[{names}])"
-
-
-def is_http_url(value: str) -> bool:
-    """Whether a ``warden run`` command is an HTTP(S) URL rather than a program to start."""
-    return value.lower().startswith(("http://", "https://"))
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def http_config(url: str, *, headers: Iterable[tuple[str, str]] = (), **limits: Any) -> HttpSettings:
-    """Check an HTTP upstream's URL and static headers, and build its settings.
-
-    Raises:
-        ConfigError: the URL is not an absolute http(s) URL, is too long, carries credentials (user:password@),
-            or a fragment; a header name is not an HTTP token or is one warden sets itself; a value holds control
-            characters; or credentials would travel over plain ``http://`` to a host that is not loopback.
-    """
-    if len(url) > MAX_URL_LENGTH:
-        raise ConfigError(f"the server URL is longer than {MAX_URL_LENGTH} characters")
-    try:
-        parts = urlsplit(url)
-        parts.port  # noqa: B018 - raises ValueError for a malformed port
-    except ValueError as exc:
-        raise ConfigError(f"the server URL {url!r} is malformed: {exc}") from exc
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise ConfigError(f"the server URL {url!r} is not an absolute http:// or https:// URL",
-                          hint="give the server's MCP endpoint, e.g. https://example.com/mcp")
-    if parts.username is not None or parts.password is not None:
-        raise ConfigError("the server URL carries credentials (user:password@host); warden never sends "
-                          "credentials in a URL",
-                          hint="remove them and pass the token with --header Authorization=ENVVAR")
-    if parts.fragment:
-        raise ConfigError(f"the server URL {url!r} has a #fragment, which HTTP never sends")
-    checked: list[tuple[str, str]] = []
-    for name, value in headers:
-        if not HTTP_TOKEN.fullmatch(name):
-            raise ConfigError(f"{name!r} is not a valid HTTP header name")
-        if name.lower() in _RESERVED_HEADERS or name.lower().startswith("mcp-"):
-            raise ConfigError(f"warden sets the {name} header itself; it cannot be configured")
-        if not HTTP_FIELD_VALUE.fullmatch(value) or value != value.strip():
-            raise ConfigError(f"the value for header {name} holds control characters or non-ASCII text, or "
-                              "surrounding whitespace")
-        checked.append((name, value))
-    if checked and parts.scheme.lower() == "http" and not _is_loopback(parts.hostname):
-        raise ConfigError(f"refusing to send credentials to {parts.hostname} over plain http://",
-                          hint="use https://, or a loopback address for a local server")
-    return HttpSettings(url=url, headers=tuple(checked), **limits)
-
-
-def headers_from_env(specs: Sequence[str], env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Static headers from ``NAME=ENVVAR`` specs: the value is read from the environment, so a secret never
-    appears in an argv, a config file or a log line (invariant 10).
-
-    A value for ``Authorization`` that does not name a scheme gets ``Bearer`` in front (``TOKEN=abc`` is the
-    common way to hold a bearer token).
-
-    Raises:
-        ConfigError: a spec is not ``NAME=ENVVAR``, or the variable is unset or empty.
-    """
-    out: list[tuple[str, str]] = []
-    for spec in specs:
-        name, sep, var = spec.partition("=")
-        if not sep or not name or not var:
-            raise ConfigError(f"--header {spec!r} is not NAME=ENVVAR",
-                              hint="e.g. --header Authorization=MY_TOKEN with MY_TOKEN set in the environment")
-        value = env.get(var, "")
-        if not value:
-            raise ConfigError(f"--header {name}: the environment variable {var} is not set or empty",
-                              hint=f"export {var}=... before starting warden")
-        if name.lower() == "authorization" and " " not in value.strip():
-            value = "Bearer " + value.strip()
-        out.append((name, value))
-    return out
-
-
-def auth_headers_from_config(block: Mapping[str, Any], env: Mapping[str, str]) -> list[tuple[str, str]]:
-    """The static headers an ``auth`` block of a server's configuration asks for.
-
-    ``type = "bearer"`` with ``token_env = "VAR"`` sends ``Authorization: Bearer <$VAR>``; ``type = "headers"``
-    with ``headers = {Name = "VAR", ...}`` sends each header with the value of its variable. Values always come
-    from the environment, never from the file. ``type = "oauth"`` is refused: warden does not run the OAuth flow
-    yet (AU01, AU09), and pretending to would send requests without the authorization the server expects.
-
-    Raises:
-        ConfigError: an unknown or OAuth type, or a missing variable.
-    """
-    kind = block.get("type")
-    if kind == "oauth":
-        raise ConfigError("OAuth for HTTP servers is not supported yet (it comes in a later release); warden "
-                          "refuses to connect rather than connect without the authorization the server expects",
-                          hint='use a static token: auth = { type = "bearer", token_env = "MY_TOKEN" }')
-    if kind == "bearer":
-        var = block.get("token_env")
-        if not isinstance(var, str) or not var:
-            raise ConfigError('auth type "bearer" needs token_env = "VARIABLE"')
-        return headers_from_env([f"Authorization={var}"], env)
-    if kind == "headers":
-        mapping = block.get("headers")
-        if not isinstance(mapping, Mapping) or not all(isinstance(v, str) for v in mapping.values()):
-            raise ConfigError('auth type "headers" needs headers = { Name = "VARIABLE", ... }')
-        return headers_from_env([f"{name}={var}" for name, var in mapping.items()], env)
-    raise ConfigError(f"unknown auth type {kind!r}", hint='use "bearer" or "headers"')
-
-
-def http_server_name(url: str) -> str:
-    """A readable server name for a URL: its host, with the port when one is given (``example.com``,
-    ``127.0.0.1-8000``)."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "server").strip("[]")
-    name = host if parts.port is None else f"{host}-{parts.port}"
-    return re.sub(r"[^A-Za-z0-9._-]", "-", name).strip("-.") or "server"
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -424,8 +268,10 @@ class HttpConnector:
     reconnection).
     """
 
-    def __init__(self, settings: HttpSettings, name: str) -> None:
+    def __init__(self, settings: HttpSettings, name: str, *, auth: OAuthClient | None = None) -> None:
         self.settings = settings
+        self.auth = auth
+        """The OAuth client answering this server's 401s (None: only the static headers, if any)."""
         self._name = name
         self.legacy_transport: _Transport | None = None
         self.connections = 0
@@ -438,7 +284,7 @@ class HttpConnector:
         """
         await self._wait_reachable()
         self.connections += 1
-        return HttpConnection(self.settings, self, self._name)
+        return HttpConnection(self.settings, self, self._name, auth=self.auth)
 
     async def _wait_reachable(self) -> None:
         parts = urlsplit(self.settings.url)
@@ -473,8 +319,10 @@ class HttpConnection:
     stream closes; :meth:`wait_ended` then returns why.
     """
 
-    def __init__(self, settings: HttpSettings, connector: HttpConnector, name: str) -> None:
+    def __init__(self, settings: HttpSettings, connector: HttpConnector, name: str, *,
+                 auth: OAuthClient | None = None) -> None:
         self._settings = settings
+        self._auth = auth
         self._connector = connector
         self._name = name
         self._url = settings.url
@@ -549,10 +397,11 @@ class HttpConnection:
                     and not self._session_gone:
                 with trio.move_on_after(min(self._settings.ack_timeout, STOP_GRACE)):
                     try:
-                        response = await self._client.delete(self._url, headers=self._legacy_headers(),
-                                                              timeout=self._ack_timeout)
+                        sent = await self._auth.authorization(self._url) if self._auth is not None else None
+                        headers = [*self._legacy_headers(), *([("Authorization", sent)] if sent else [])]
+                        response = await self._client.delete(self._url, headers=headers, timeout=self._ack_timeout)
                         log.debug("%s: DELETE of the session answered %d", self._name, response.status_code)
-                    except httpx.HTTPError as exc:
+                    except (httpx.HTTPError, WardenError) as exc:
                         log.debug("%s: DELETE of the session failed: %s", self._name, exc)
             with trio.move_on_after(5):
                 await self._client.aclose()
@@ -646,16 +495,35 @@ class HttpConnection:
         extra = list(headers)
         if body is not None:
             extra.append(("Content-Type", "application/json"))
-        for _ in range(MAX_REDIRECTS + 1):
-            request = self._client.build_request(method, url, headers=extra, content=body,
+        redirects = auth_retries = 0
+        while True:
+            sent = await self._auth.authorization(url) if self._auth is not None else None
+            request = self._client.build_request(method, url, headers=extra if sent is None else
+                                                 [*extra, ("Authorization", sent)], content=body,
                                                  timeout=timeout or httpx.USE_CLIENT_DEFAULT)
             try:
                 response = await self._client.send(request, stream=True)
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise map_http_error(exc, url) from exc
+            if self._auth is not None and response.status_code in (401, 403):
+                try:
+                    again = auth_retries < MAX_AUTH_RETRIES and await self._auth.challenged(
+                        response.status_code, response.headers.get_list("www-authenticate"), sent)
+                except BaseException:
+                    await self._close(response)
+                    raise
+                if again:
+                    auth_retries += 1
+                    await self._close(response)
+                    continue
+            elif self._auth is not None and sent is not None:
+                self._auth.accepted(sent)
             if response.status_code in (307, 308):
                 location = response.headers.get("location")
                 await self._close(response)
+                redirects += 1
+                if redirects > MAX_REDIRECTS:
+                    raise _Unanswered(f"more than {MAX_REDIRECTS} redirects from {self.label}")
                 try:
                     url = redirect_target(url, location)
                 except RemoteProtocolError as exc:
@@ -666,7 +534,6 @@ class HttpConnection:
             finally:
                 await self._close(response)
             return
-        raise _Unanswered(f"more than {MAX_REDIRECTS} redirects from {self.label}")
 
     async def _close(self, response: httpx.Response) -> None:
         with trio.CancelScope(shield=True), trio.move_on_after(1.0):
@@ -932,11 +799,9 @@ class HttpConnection:
             return
         own_meta = {key: meta[key] for key in (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO)
                     if key in meta}
-        cursor: object = None
-        for _ in range(MAX_LIST_PAGES):
-            params: dict[str, Any] = {"_meta": own_meta}
-            if cursor is not None:
-                params["cursor"] = cursor
+        pager = Pager(self._name, "tools/list", modern=True, limits=self._settings.list_limits)
+        while True:
+            params = pager.params({"_meta": own_meta})
             wire_id = self._next_wire_id()
             try:
                 outcome = await self._exchange(
@@ -951,10 +816,12 @@ class HttpConnection:
                 return
             self._screen_tools(outcome.message)
             try:
-                cursor = decode_object(outcome.message.result).get("nextCursor")
+                if pager.add(decode_object(outcome.message.result), len(outcome.message.result)):
+                    return
             except (msgspec.DecodeError, TypeError):
                 return
-            if not isinstance(cursor, str):
+            except WardenError as exc:
+                log.warning("%s: listing tools for header checks stopped: %s", self._name, exc.message)
                 return
 
     async def _initialize(self, flight: _Flight) -> None:

@@ -24,6 +24,7 @@ from typing import Any, Protocol, final
 import msgspec
 import trio
 
+from warden import __version__
 from warden.errors import (
     IncompatibleServer,
     LaunchError,
@@ -46,23 +47,12 @@ from warden.protocol.messages import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     METHOD_NOT_FOUND,
-    ErrorResponse,
-    Invalid,
     Message,
-    Notification,
-    Request,
-    Response,
-    decode_json,
     decode_object,
-    encode_error,
-    encode_error_object,
     encode_json,
     encode_notification,
-    encode_request,
-    encode_result,
-    error_object,
-    id_key,
 )
+from warden.protocol.paging import ListLimits
 from warden.protocol.probe import (
     Incompatible,
     InitializeResult,
@@ -73,6 +63,20 @@ from warden.protocol.probe import (
     StdioProbe,
     check_initialize_result,
 )
+from warden.protocol.session import (
+    Answered,
+    Cancelled,
+    Dropped,
+    IncomingNotification,
+    IncomingRequest,
+    InvalidIncoming,
+    Progress,
+    Reply,
+    Session,
+    numeric_ids,
+)
+from warden.protocol.session import Event as SessionEvent
+from warden.secrets import Redactor
 from warden.transport.channel import MessageChannel
 from warden.upstream.stderr import StderrTail
 
@@ -96,42 +100,9 @@ class UpstreamOptions:
     restart_backoff: float = 0.5
     restart_backoff_max: float = 30.0
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
-    client_info: Mapping[str, Any] = field(default_factory=lambda: {"name": "warden", "version": "0.1.0"})
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """The answer to a request: exactly one of ``result`` (raw object text) or ``error`` (raw error object)."""
-
-    result: bytes | None = None
-    error: bytes | None = None
-    code: int = 0
-    message: str = ""
-
-    @property
-    def ok(self) -> bool:
-        return self.result is not None
-
-    def result_dict(self) -> dict[str, Any]:
-        return decode_object(self.result)
-
-    def error_data(self) -> object:
-        if self.error is None:
-            return None
-        try:
-            error = decode_json(self.error)
-        except msgspec.DecodeError:
-            return None
-        return error.get("data") if isinstance(error, dict) else None
-
-    @classmethod
-    def from_result(cls, result: Mapping[str, Any]) -> Reply:
-        return cls(result=encode_json(dict(result)))
-
-    @classmethod
-    def failure(cls, code: int, message: str, data: Any = None) -> Reply:
-        return cls(error=error_object(code, message, data), code=code, message=message)
+    list_limits: ListLimits = field(default_factory=ListLimits)
+    """What one upstream list may cost (pages, entries, bytes; issue 11 item 3)."""
+    client_info: Mapping[str, Any] = field(default_factory=lambda: {"name": "warden", "version": __version__})
 
 
 @final
@@ -243,7 +214,10 @@ class ProcessConnection:
     async def wait_ended(self) -> str:
         status = await self._child.wait()
         tail = self._stderr.tail(5)
-        return f"the server exited with status {status}" + (f"; last stderr: {' | '.join(tail)}" if tail else "")
+        ended = f"the server exited with status {status}"
+        if self._child.stop_reason is not None:  # a sandbox limit warden enforces (the write quota)
+            ended = f"warden stopped the server: {self._child.stop_reason} (exit status {status})"
+        return ended + (f"; last stderr: {' | '.join(tail)}" if tail else "")
 
     async def stop(self, *, graceful: bool) -> None:
         """LC10/LC11: close stdin, wait; SIGTERM, wait; SIGKILL. Always reaps the process."""
@@ -266,12 +240,13 @@ class ProcessConnection:
 class StdioConnector:
     """Starts the server through a :class:`~warden.launcher.Launcher` (the sandbox decides how)."""
 
-    def __init__(self, spec: LaunchSpec, launcher: Launcher, options: UpstreamOptions, name: str) -> None:
+    def __init__(self, spec: LaunchSpec, launcher: Launcher, options: UpstreamOptions, name: str, *,
+                 redactor: Redactor | None = None) -> None:
         self.spec = spec
         self.launcher = launcher
         self._options = options
         self._name = name
-        self.stderr = StderrTail(name)
+        self.stderr = StderrTail(name, redactor)
 
     async def connect(self) -> ProcessConnection:
         child = await self.launcher.launch(self.spec)
@@ -296,40 +271,40 @@ class _Outcome(enum.Enum):
 
 
 @final
-class _Pending:
-    __slots__ = ("deadline", "event", "method", "on_progress", "reply")
+class _Waiter:
+    """How a task waits for one of its requests: the engine settles it, the session's timer expires it."""
 
-    def __init__(self, method: str, deadline: float, on_progress: ProgressCallback | None) -> None:
-        self.method = method
-        self.deadline = deadline
+    __slots__ = ("cancel_on_timeout", "event", "on_progress", "reply")
+
+    def __init__(self, on_progress: ProgressCallback | None, cancel_on_timeout: bool) -> None:
         self.on_progress = on_progress
+        self.cancel_on_timeout = cancel_on_timeout
         self.event = trio.Event()
         self.reply: Reply | None = None
 
 
 @final
 class _Session:
-    """One live server process: correlation of requests and responses, and dispatch of what the server sends."""
+    """One live server connection: the trio side of a :class:`~warden.protocol.session.Session` engine (which
+    owns ids, the pending table, deadlines and cancellation), and dispatch of what the server sends."""
 
     def __init__(self, upstream: Upstream, channel: Channel) -> None:
         self._upstream = upstream
         self.channel = channel
         self.era: Era | None = None
         self.version: str = LATEST_LEGACY
-        self._pending: dict[bytes, _Pending] = {}
-        self._progress: dict[str, _Pending] = {}
-        self._server_requests: dict[Any, trio.CancelScope] = {}
-        self._next_id = 0
+        options = upstream.options
+        self._engine: Session[_Waiter] = Session(ids=numeric_ids, request_timeout=options.request_timeout,
+                                                 max_request_time=options.max_request_time)
+        self._server_requests: dict[tuple[str, object], trio.CancelScope] = {}
+        self._rearm = trio.Event()
+        self._armed_for = math.inf
         self.closed = trio.Event()
         self.eof = trio.Event()
 
         self.close_reason = "the server exited"
 
     # -- sending ------------------------------------------------------------------------------------------------
-
-    def _new_id(self) -> bytes:
-        self._next_id += 1
-        return b"%d" % self._next_id
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *,
                       capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
@@ -353,43 +328,28 @@ class _Session:
         meta = dict(given) if isinstance(given, Mapping) else {}  # the gateway refuses a non-object _meta first
         if self.era is Era.MODERN and lane is not Era.LEGACY:
             meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
-        id_raw = self._new_id()
-        token = None
-        if with_progress_token and method != "initialize":
-            token = "warden-" + id_raw.decode()
-            meta["progressToken"] = token
         if meta:
             body["_meta"] = meta
-        now = trio.current_time()
-        hard_deadline = math.inf if stream else now + options.max_request_time
-        pending = _Pending(method, math.inf if stream else min(now + (timeout or options.request_timeout),
-                                                                hard_deadline), on_progress)
-        self._pending[id_raw] = pending
-        if token is not None:
-            self._progress[token] = pending
-        answered = False
+        waiter = _Waiter(on_progress, cancel_on_timeout)
+        message, pending = self._engine.send_request(method, body or None, now=trio.current_time(), waiter=waiter,
+                                                     timeout=timeout, progress=with_progress_token, stream=stream)
+        if pending.deadline < self._armed_for:
+            self._rearm.set()
         try:
-            await self.channel.send(encode_request(id_raw, method, encode_json(body) if body else None))
-            while True:
-                with trio.move_on_at(pending.deadline):
-                    await pending.event.wait()
-                if pending.reply is not None:
-                    answered = True
-                    return pending.reply
-                if trio.current_time() >= min(pending.deadline, hard_deadline):
-                    break
-            raise UpstreamTimeout(f"{method} got no answer from the server within its deadline")
+            await self.channel.send(message)
+            await waiter.event.wait()
         except trio.ClosedResourceError as exc:
             raise UpstreamClosed(self.close_reason) from exc
         finally:
-            self._pending.pop(id_raw, None)
-            if token is not None:
-                self._progress.pop(token, None)
-            if not answered and not self.closed.is_set() and method != "initialize" and cancel_on_timeout:
-                # MS04/MS09: tell the server to stop; any late response finds no pending entry and is dropped.
-                await self._send_shielded(encode_notification(
-                    "notifications/cancelled",
-                    encode_json({"requestId": int(id_raw), "reason": "cancelled by warden (timeout or caller)"})))
+            if waiter.reply is None and not self.closed.is_set():
+                # MS04/MS09: the caller went away; tell the server to stop (never for initialize, LC09). A late
+                # response is dropped by the engine.
+                cancel = self._engine.give_up(pending, "cancelled by warden (timeout or caller)")
+                if cancel is not None and cancel_on_timeout:
+                    await self._send_shielded(cancel)
+        if waiter.reply is None:
+            raise UpstreamTimeout(f"{method} got no answer from the server within its deadline")
+        return waiter.reply
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         try:
@@ -401,107 +361,105 @@ class _Session:
         with trio.CancelScope(shield=True), trio.move_on_after(1.0), contextlib.suppress(trio.ClosedResourceError):
             await self.channel.send(message)
 
+    # -- the one timer ------------------------------------------------------------------------------------------
+
+    async def run_timer(self) -> None:
+        """Own every deadline of this session: sleep until the earliest, expire what ran out, and send each
+        expired request's cancellation (when its caller wants one)."""
+        engine = self._engine
+        while True:
+            self._armed_for = engine.next_deadline()
+            self._rearm = trio.Event()
+            with trio.move_on_at(self._armed_for):
+                await self._rearm.wait()
+            for expired in engine.expire(trio.current_time()):
+                waiter = expired.pending.waiter
+                waiter.event.set()  # reply stays None: the request timed out
+                if expired.cancel is not None and waiter.cancel_on_timeout:
+                    await self._send_shielded(expired.cancel)
+
     # -- receiving ----------------------------------------------------------------------------------------------
 
     async def read_loop(self, nursery: trio.Nursery) -> None:
         """Dispatch everything the server sends until its stdout closes."""
+        engine = self._engine
         try:
             while True:
                 batch = await self.channel.receive_batch()
                 if not batch:
                     return
                 for message in batch:
-                    if isinstance(message, Response):
-                        self._resolve(message.id, Reply(result=message.result))
-                    elif isinstance(message, ErrorResponse):
-                        if message.id is None:
-                            log.warning("%s: error without id: %s", self._upstream.name, message.message)
-                        else:
-                            self._resolve(message.id, Reply(error=message.error, code=message.code,
-                                                            message=message.message))
-                    elif isinstance(message, Notification):
-                        await self._on_notification(message)
-                    elif isinstance(message, Request):
-                        self._on_request(message, nursery)
-                    else:
-                        await self._on_invalid(message)
+                    for event in engine.receive(message, now=trio.current_time()):
+                        await self._on_event(event, nursery)
         finally:
             self.eof.set()
 
-    def _resolve(self, id_raw: bytes, reply: Reply) -> None:
-        pending = self._pending.pop(id_raw, None)
-        if pending is None or pending.reply is not None:
-            # Invariant 9: a response to an id warden did not send (or already settled) is dropped, never routed.
-            log.warning("%s: dropped a response to unknown or settled id %s", self._upstream.name,
-                        id_raw[:64].decode("utf-8", "replace"))
-            return
-        pending.reply = reply
-        pending.event.set()
-
-    async def _on_notification(self, note: Notification) -> None:
-        if note.method == "notifications/progress":
-            params = self._params(note.params)
-            pending = self._progress.get(str(params.get("progressToken")))
-            if pending is None:
-                return
-            options = self._upstream.options
-            pending.deadline = max(pending.deadline, trio.current_time() + options.request_timeout)
-            if pending.on_progress is not None:
-                await pending.on_progress(params)
-            return
-        if note.method == "notifications/cancelled":
-            params = self._params(note.params)
-            request_id = params.get("requestId")
-            scope = self._server_requests.get(id_key(request_id))
+    async def _on_event(self, event: SessionEvent, nursery: trio.Nursery) -> None:
+        if isinstance(event, Answered | Dropped):
+            self._settled(event)
+        elif isinstance(event, IncomingNotification):
+            await self._upstream.handler.on_notification(event.notification.method, event.notification.params)
+        elif isinstance(event, Progress):
+            on_progress = event.pending.waiter.on_progress
+            if on_progress is not None:
+                await on_progress(event.params)
+        elif isinstance(event, IncomingRequest):
+            self._on_request(event, nursery)
+        elif isinstance(event, Cancelled):
+            scope = self._server_requests.get(event.key)
             if scope is not None:
                 scope.cancel()
-                return
-            if isinstance(request_id, int) and not isinstance(request_id, bool):
-                # MS30: a server may end one of warden's requests (a listen stream) this way.
-                self._resolve(b"%d" % request_id, Reply.failure(CONNECTION_CLOSED, "the server ended the request"))
-                return
-        await self._upstream.handler.on_notification(note.method, note.params)
+        else:
+            await self._on_invalid(event)
 
-    def _on_request(self, request: Request, nursery: trio.Nursery) -> None:
+    def _settled(self, event: Answered[_Waiter] | Dropped) -> None:
+        if isinstance(event, Answered):
+            event.pending.waiter.reply = event.reply
+            event.pending.waiter.event.set()
+        else:
+            # Invariant 9: a response to an id warden did not send (or already settled) is dropped, never routed.
+            log.warning("%s: dropped a response: %s (id %s)", self._upstream.name, event.why,
+                        event.id[:64].decode("utf-8", "replace"))
+
+    def _on_request(self, event: IncomingRequest, nursery: trio.Nursery) -> None:
+        request = event.request
         era = self.era or Era.LEGACY
         if request.method == "ping" and era is Era.LEGACY:
-            nursery.start_soon(self._reply, request.id, Reply(result=b"{}"))  # MS16
+            nursery.start_soon(self._reply, event, Reply(result=b"{}"))  # MS16
             return
         if request.method not in SERVER_REQUESTS[era]:
-            nursery.start_soon(self._reply, request.id, Reply.failure(
+            nursery.start_soon(self._reply, event, Reply.failure(
                 METHOD_NOT_FOUND, f"warden does not accept {request.method!r} from a {era.value} server"))
             return
-        nursery.start_soon(self._serve_server_request, request)
+        nursery.start_soon(self._serve_server_request, event)
 
-    async def _serve_server_request(self, request: Request) -> None:
-        key = id_key(decode_json(request.id))
+    async def _serve_server_request(self, event: IncomingRequest) -> None:
+        request = event.request
         reply = Reply.failure(INTERNAL_ERROR, "warden could not answer this request")
         with trio.CancelScope() as scope:
-            self._server_requests[key] = scope
+            self._server_requests[event.key] = scope
             try:
                 reply = await self._upstream.handler.on_server_request(request.method, self._params(request.params))
             except WardenError as exc:
                 reply = Reply.failure(INTERNAL_ERROR, exc.message)
             finally:
-                self._server_requests.pop(key, None)
-                if not scope.cancel_called:
-                    await self._reply(request.id, reply)
-        # A request the server cancelled gets no response.
+                self._server_requests.pop(event.key, None)
+                await self._reply(event, reply)
+        # A request the server cancelled gets no response (the engine suppresses it).
 
-    async def _reply(self, id_raw: bytes, reply: Reply) -> None:
-        message = (encode_result(id_raw, reply.result) if reply.result is not None
-                   else encode_error_object(reply.error or error_object(INTERNAL_ERROR, "error"), id_raw))
-        await self._send_shielded(message)
+    async def _reply(self, event: IncomingRequest, reply: Reply) -> None:
+        message = self._engine.respond(event.key, event.request.id, reply)
+        if message is not None:
+            await self._send_shielded(message)
 
-    async def _on_invalid(self, message: Invalid) -> None:
-        id_raw, is_request, code, reason = message.id, message.is_request, message.code, message.reason
-        log.warning("%s: invalid message from the server: %s", self._upstream.name, reason)
-        if id_raw is None:
-            return
-        if is_request:
-            await self._send_shielded(encode_error(id_raw, code, reason))
-        else:
-            self._resolve(id_raw, Reply.failure(INTERNAL_ERROR, f"the server sent an invalid response: {reason}"))
+    async def _on_invalid(self, event: InvalidIncoming) -> None:
+        message = event.invalid
+        log.warning("%s: invalid message from the server: %s", self._upstream.name, message.reason)
+        if event.answer is not None:
+            await self._send_shielded(event.answer)
+        elif message.id is not None and not message.is_request:
+            self._settled(self._engine.settle(message.id, Reply.failure(
+                INTERNAL_ERROR, f"the server sent an invalid response: {message.reason}")))
 
     def _params(self, raw: bytes | None) -> dict[str, Any]:
         try:
@@ -514,14 +472,12 @@ class _Session:
             return
         self.close_reason = reason
         self.closed.set()
-        for pending in list(self._pending.values()):
-            if pending.reply is None:
-                pending.reply = Reply.failure(CONNECTION_CLOSED, reason)
-                pending.event.set()
-        self._pending.clear()
-        self._progress.clear()
+        for failed in self._engine.close(reason):
+            failed.pending.waiter.reply = failed.reply
+            failed.pending.waiter.event.set()
         for scope in self._server_requests.values():
             scope.cancel()
+        self._rearm.set()
 
 
 @final
@@ -650,6 +606,7 @@ class Upstream:
                 connection.start_side_tasks(nursery)
                 nursery.start_soon(self._watch_end, session, connection)
                 nursery.start_soon(session.read_loop, nursery)
+                nursery.start_soon(session.run_timer)
                 try:
                     await self._handshake(session, capabilities)
                 except (UpstreamError, IncompatibleServer) as exc:
@@ -720,6 +677,7 @@ class Upstream:
                 connection.start_side_tasks(nursery)
                 nursery.start_soon(self._watch_end, session, connection)
                 nursery.start_soon(session.read_loop, nursery)
+                nursery.start_soon(session.run_timer)
                 try:
                     self._description = await self._establish(session)
                 except _Respawn:

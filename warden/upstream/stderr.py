@@ -1,4 +1,9 @@
-"""Draining a server's stderr: never an error (ST03), never allowed to fill the pipe, never unbounded."""
+"""Draining a server's stderr: never an error (ST03), never allowed to fill the pipe, never unbounded.
+
+Each line is redacted here, before anything cuts it (a line cut through a secret would leave its first half in
+clear for no later redaction to find); escaping for a terminal and the length cut happen where the line is shown
+(warden's log formatter, the host message's own escaping).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ from typing import Final, final
 
 import trio
 
-from warden.logs import sanitize
+from warden.escape import for_terminal
+from warden.logs import MAX_LINE
+from warden.secrets import Redactor
 
 log = logging.getLogger("warden.server")
 
@@ -21,8 +28,9 @@ BURST: Final = 200.0
 class StderrTail:
     """Keeps the last ``TAIL_BYTES`` of a server's stderr (for error messages) and logs lines, rate-limited."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, redactor: Redactor | None = None) -> None:
         self._name = name
+        self._redactor = redactor or Redactor()
         self._lines: deque[str] = deque()
         self._bytes = 0
         self._partial = b""
@@ -31,7 +39,10 @@ class StderrTail:
         self.suppressed = 0
 
     def tail(self, max_lines: int = 20) -> list[str]:
-        return list(self._lines)[-max_lines:]
+        """The last lines, redacted, escaped and cut to :data:`~warden.logs.MAX_LINE` characters each (they go
+        into messages a host shows)."""
+        shown = [for_terminal(line) for line in list(self._lines)[-max_lines:]]
+        return [line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…" for line in shown]
 
     async def drain(self, stream: trio.abc.ReceiveStream) -> None:
         """Read until EOF. Cancelling it is fine; the process is being stopped anyway."""
@@ -53,7 +64,7 @@ class StderrTail:
                 self._line(part)
 
     def _line(self, raw: bytes) -> None:
-        text = sanitize(raw.decode("utf-8", "replace").rstrip("\r"))
+        text = self._redactor.text(raw.decode("utf-8", "replace").rstrip("\r"))
         self._lines.append(text)
         self._bytes += len(text)
         while self._bytes > TAIL_BYTES and self._lines:

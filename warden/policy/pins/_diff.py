@@ -1,9 +1,10 @@
 """Show definitions to a human: old and new side by side, every hidden character made visible and named.
 
 The display is JSON-shaped (sorted keys, two-space indent) but strings are rendered with
-:func:`warden.policy._visible.render_visible` instead of JSON escapes, so an ANSI escape shows as
-``⟦U+001B ESCAPE⟧[2K`` rather than ``\\u001b[2K`` and a zero-width space is named rather than invisible. Lines are
-wrapped, never truncated: a truncated line could hide the very instruction the reviewer needs to see.
+:func:`warden.escape.for_terminal` (after JSON's own backslash and quote escapes, so the result stays unambiguous):
+an ANSI escape shows as ``\\x1b[2K``, a line feed inside a string as ``\\n`` (it cannot start a forged line) and a
+zero-width space as ``<U+200B>``, which :func:`hidden_legend` then names. Lines are wrapped, never truncated: a
+truncated line could hide the very instruction the reviewer needs to see.
 """
 
 from __future__ import annotations
@@ -14,13 +15,13 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
-from warden.policy._visible import hidden_chars, label, render_visible
+from warden.escape import char_class, char_name, for_terminal
 
 __all__ = ["hidden_legend", "render_definition", "side_by_side"]
 
 
 def _string(s: str) -> str:
-    return '"' + render_visible(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    return '"' + for_terminal(s.replace("\\", "\\\\").replace('"', '\\"')) + '"'
 
 
 def _lines(value: Any, indent: int, prefix: str) -> Iterator[str]:
@@ -72,12 +73,15 @@ def _strings(value: Any) -> Iterator[str]:
 
 
 def hidden_legend(value: Any) -> list[str]:
-    """One line per distinct hidden character in ``value``: its label, kind and count."""
+    """One line per distinct hidden character in ``value``: how it is shown, its Unicode name, kind and count.
+    Line feeds are left out: descriptions often have several lines, and the display shows each one as ``\\n``."""
     counts: Counter[tuple[str, str]] = Counter()
     for s in _strings(value):
-        for hc in hidden_chars(s):
-            counts[(hc.char, hc.kind)] += 1
-    return [f"{label(ch)}  {kind}, {n}x" for (ch, kind), n in sorted(counts.items())]
+        for ch in s:
+            kind = char_class(ch)
+            if kind is not None and ch != "\n":
+                counts[(ch, kind)] += 1
+    return [f"{for_terminal(ch)} {char_name(ch)}  {kind}, {n}x" for (ch, kind), n in sorted(counts.items())]
 
 
 def _wrap(line: str, width: int) -> list[str]:

@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from warden.policy._visible import HiddenChar, hidden_chars, render_visible
+from warden.escape import char_name, for_terminal
+from warden.policy._visible import HiddenChar, hidden_chars
 from warden.protocol.mcp_headers import check_tool_headers
 
 __all__ = ["Finding", "scan_definition"]
@@ -46,13 +47,21 @@ _MARKERS: Final[tuple[tuple[str, re.Pattern[str]], ...]] = tuple(
         ("asks the model to ignore earlier instructions",
          r"\b(ignore|disregard|forget|override)\s+(all\s+|any\s+|the\s+|your\s+)*"
          r"(previous|prior|above|earlier|other|existing)\s+(instructions|prompts?|messages?|rules|directions)"),
+        # Aimed at this tool, at every tool, or at the answer itself ("Before using this tool, read ~/.ssh…",
+        # "before responding, call…"): an ordering between tools in general ("prefer reading resources before
+        # calling mutating tools", server-everything's instructions) is ordinary advice and not a finding.
         ("tells the model to act before or instead of the user's request",
-         r"\b(before|prior\s+to|instead\s+of)\s+(using|calling|running|answering|responding|invoking|executing)\b"),
+         r"\b(before|prior\s+to|instead\s+of)\s+(you\s+)?(using|calling|running|invoking|executing|use|call|run|"
+         r"invoke|execute)\s+(this|these|that|the|any|every|each|all|other|another)\s+(\w+\s+)?"
+         r"(tools?|functions?|commands?|actions?)\b"
+         r"|\b(before|prior\s+to|instead\s+of)\s+(you\s+)?(answering|responding|replying|answer|respond|reply|"
+         r"doing\s+what\s+the\s+user|the\s+user)\b"),
         ("asks the model to hide something from the user",
          r"\b(do\s+not|don't|never|without)\s+(tell|telling|mention|mentioning|inform|informing|reveal|revealing|"
          r"show|showing|notify|notifying|alert|alerting)\b.{0,40}\b(user|human|them)\b"),
         ("mentions a secret-bearing file",
-         r"(~|\$HOME|/home/[^/\s]+|/root)/\.(ssh|aws|gnupg|kube|docker|config/gcloud)\b|\bid_(rsa|ed25519|ecdsa)\b"
+         r"(~|\$HOME|/home/[^/\s]+|/root)/\.(ssh|aws|gnupg|kube|docker|config/gcloud)\b"
+         r"|(?<![A-Za-z0-9])id_(rsa|ed25519|ecdsa|dsa)(?![A-Za-z0-9])"
          r"|\.(netrc|npmrc|pypirc|git-credentials|env)\b|/etc/(passwd|shadow)\b"),
         ("mentions the system prompt or hidden context",
          r"\b(system\s+prompt|developer\s+message|hidden\s+instructions?|conversation\s+history)\b"),
@@ -106,6 +115,16 @@ def _benign(text: str, hc: HiddenChar) -> bool:
     return hc.kind == "space" and cp == 0x00A0  # no-break space is common typography; still named in diffs
 
 
+_CONTEXT: Final = 40
+
+
+def _excerpt(text: str, start: int, end: int) -> str:
+    """The matched text with up to 40 characters either side, escaped for a terminal: the reviewer sees what was
+    found where it was found, not only the rule's name."""
+    lo, hi = max(0, start - _CONTEXT), min(len(text), end + _CONTEXT)
+    return ("…" if lo else "") + for_terminal(text[lo:hi]) + ("…" if hi < len(text) else "")
+
+
 def _scan_string(text: str, path: str) -> Iterator[Finding]:
     hidden = [hc for hc in hidden_chars(text) if not _benign(text, hc)]
     by_kind: dict[str, list[HiddenChar]] = {}
@@ -114,20 +133,23 @@ def _scan_string(text: str, path: str) -> Iterator[Finding]:
     for kind, chars in by_kind.items():
         if kind == "control" and all(hc.char in "\t\r" for hc in chars):
             continue
-        names = sorted({hc.label for hc in chars})
+        names = sorted({f"{for_terminal(hc.char)} {char_name(hc.char)}" for hc in chars})
         shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more kinds" if len(names) > 8 else "")
         code = {"bidi": "bidi-control", "tag": "unicode-tag", "control": "control-char"}.get(kind, "invisible-char")
         msg = f"{len(chars)} hidden character(s) ({kind}): {shown}"
         if kind == "tag":
             decoded = "".join(chr(ord(hc.char) - 0xE0000) for hc in chars if 0xE0020 <= ord(hc.char) <= 0xE007E)
-            msg += f"; they spell {render_visible(decoded)!r}"
-        yield Finding(code, path, msg)
+            msg += f"; they spell \"{for_terminal(decoded)}\""
+        first = chars[0].index
+        yield Finding(code, path, f"{msg}; first at {first}: {_excerpt(text, first, first + 1)}")
     for m in _ANSI.finditer(text):
-        yield Finding("ansi-escape", path, f"terminal escape sequence {render_visible(m.group(0))!r} at {m.start()}")
+        yield Finding("ansi-escape", path, f"terminal escape sequence \"{for_terminal(m.group(0))}\" at {m.start()}: "
+                                           f"{_excerpt(text, m.start(), m.end())}")
     for name, rx in _MARKERS:
         hit = rx.search(text)
         if hit is not None:
-            yield Finding("instruction-marker", path, f"{name}: {render_visible(hit.group(0))!r}")
+            yield Finding("instruction-marker", path, f"{name}: \"{for_terminal(hit.group(0))}\" in "
+                                                      f"{_excerpt(text, hit.start(), hit.end())}")
 
 
 def _name_pattern(name: str) -> re.Pattern[str]:
@@ -169,19 +191,19 @@ def scan_definition(kind: str, definition: Any, *, server: str,
         headers = check_tool_headers(definition)
         if headers.problem is not None:
             findings.append(Finding("x-mcp-header", "$.inputSchema",
-                                    f"invalid x-mcp-header annotation: {render_visible(headers.problem)} (the tool is "
+                                    f"invalid x-mcp-header annotation: {for_terminal(headers.problem)} (the tool is "
                                     "excluded for HTTP upstreams and flagged for stdio ones)"))
     others = {s: names for s, names in (other_servers or {}).items() if s != server}
     name = definition.get("name") if isinstance(definition, Mapping) else None
     if kind in ("tool", "prompt") and isinstance(name, str):
         if not _TOOL_NAME.fullmatch(name):
             findings.append(Finding("nonstandard-name", "$.name",
-                                    f"name {render_visible(name)!r} is not 1-128 of A-Z a-z 0-9 _ - . "
+                                    f"name \"{for_terminal(name)}\" is not 1-128 of A-Z a-z 0-9 _ - . "
                                     "(look-alike letters and spaces can impersonate another tool)"))
         for other, names in sorted(others.items()):
             if name in names:
                 findings.append(Finding("name-collision", "$.name",
-                                        f"server {other!r} also has a tool named {name!r}"))
+                                        f"server {other!r} also has a tool named \"{for_terminal(name)}\""))
     patterns = [(other, n, _name_pattern(n)) for other, names in sorted(others.items())
                 for n in sorted(names) if len(n) >= 3 and n != name]
     if patterns:
@@ -191,5 +213,6 @@ def scan_definition(kind: str, definition: Any, *, server: str,
             for other, n, rx in patterns:
                 if rx.search(text):
                     findings.append(Finding("cross-server-reference", path,
-                                            f"mentions {n!r}, a tool of server {other!r} (possible shadowing)"))
+                                            f"mentions \"{for_terminal(n)}\", a tool of server {other!r} "
+                                            "(possible shadowing)"))
     return findings

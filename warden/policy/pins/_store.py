@@ -15,6 +15,12 @@ Whether an entry may be used is decided from the digest the caller sees *now*: i
 digest equals the approved digest and the entry is not revoked. A definition that changed is therefore
 quarantined even before any process has written the change down.
 
+Secrets: what is stored is redacted with the state directory's secrets registry (``warden.secrets``): a definition
+that holds a registered value (a token a server echoed into a description) is stored with it cut out and
+``redacted: true``, while its digest stays that of the real definition, so pinning is unchanged. A tool or prompt
+whose *name* holds one, or breaks the name rules (:mod:`warden.policy.pins._names`), is refused before anything is
+stored: never listed, never approvable.
+
 Trust: the file is refused (fail closed, nothing approved) if it is a symlink, not ours, group/world accessible or
 malformed. Nothing a server sends can approve anything: servers only cause ``pending`` or ``changed`` records;
 approvals come from :meth:`PinStore.approve` (the terminal) and :meth:`PinStore.approve_exact` (an in-band answer).
@@ -39,10 +45,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from warden.durable import replace_file
 from warden.errors import PolicyError, RemoteProtocolError, StateError
-from warden.paths import ensure_private_dir
+from warden.paths import ensure_private_dir, private_problem
 from warden.policy.pins._canonical import digest as compute_digest
+from warden.policy.pins._names import refused_names
 from warden.policy.pins._scan import Finding, scan_definition
 from warden.policy.pins._types import ENTRY_KINDS, EntryKind, PinState
+from warden.secrets import Redactor, load_redactor
 
 __all__ = ["Detection", "ListObservation", "PinEntry", "PinStore", "entry_key"]
 
@@ -72,6 +80,8 @@ class _Record(BaseModel):
     changed_at: str | None = None
     approved_at: str | None = None
     approved_by: str | None = None
+    redacted: bool = False
+    """``definition`` (and so an approval of it) had registered secret values cut out; the digest is the real one."""
 
 
 class _File(BaseModel):
@@ -103,12 +113,14 @@ class PinEntry:
     changed_at: str | None
     approved_at: str | None
     approved_by: str | None
+    redacted: bool = False
+    """The stored definition had registered secret values cut out (views say so); ``digest`` is the real one's."""
 
     @classmethod
     def _of(cls, server: str, r: _Record) -> PinEntry:
         return cls(server, r.kind, r.key, PinState(r.state), r.digest, r.definition, r.approved_digest,
                    r.approved_definition, tuple(Finding(f.code, f.path, f.message) for f in r.findings),
-                   r.first_seen, r.changed_at, r.approved_at, r.approved_by)
+                   r.first_seen, r.changed_at, r.approved_at, r.approved_by, r.redacted)
 
     @property
     def label(self) -> str:
@@ -159,7 +171,11 @@ class PinStore:
     Raises (from every method): :class:`StateError` when the store cannot be read or written safely.
     """
 
-    def __init__(self, state_dir: Path, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, state_dir: Path, *, clock: Callable[[], float] = time.time,
+                 redactor: Redactor | None = None) -> None:
+        """``redactor``: the secrets registry to store definitions through; by default the state directory's,
+        read again at each change (so a value registered by another process since is covered)."""
+        self._redactor = redactor
         self._dir = ensure_private_dir(state_dir)
         self._path = self._dir / "pins.json"
         self._lock_path = self._dir / "pins.lock"
@@ -185,7 +201,7 @@ class PinStore:
             raise StateError(f"cannot open {self._path}: {exc.strerror}") from exc
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            if not stat.S_ISREG(st.st_mode) or private_problem(st, mode=0o600) is not None:
                 raise StateError(f"{self._path} is not a private regular file of ours (mode "
                                  f"{stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}); refusing every pin",
                                  hint=f"check who changed it; then chmod 600 {self._path}")
@@ -199,9 +215,9 @@ class PinStore:
                              hint="restore it from a backup, or remove it and approve again") from exc
         return data, (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
-    def refresh(self) -> None:
+    def refresh(self) -> bool:
         """Reload if another process replaced the file (one ``stat``; called by every read unless the caller
-        refreshed once for several reads, as one decision does)."""
+        refreshed once for several reads, as one decision does, or watches the file). True when it reloaded."""
         try:
             st = os.stat(self._path, follow_symlinks=False)
             stamp: tuple[int, int, int, int] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
@@ -211,6 +227,8 @@ class PinStore:
             raise StateError(f"cannot stat {self._path}: {exc.strerror}") from exc
         if stamp != self._stamp or (stamp is None and self._data.servers):
             self._data, self._stamp = self._read()
+            return True
+        return False
 
     def state(self, server: str, kind: EntryKind, key: str, digest: str, *, refresh: bool = True) -> PinState:
         """Is this exact ``digest`` approved for the entry? Cheap: a ``stat`` plus a dict lookup (no ``stat``
@@ -229,9 +247,10 @@ class PinStore:
     def is_approved(self, server: str, kind: EntryKind, key: str, digest: str) -> bool:
         return self.state(server, kind, key, digest) is PinState.APPROVED
 
-    def entries(self, server: str | None = None) -> list[PinEntry]:
+    def entries(self, server: str | None = None, *, refresh: bool = True) -> list[PinEntry]:
         """Every record (of one server), sorted by server, kind order, key."""
-        self.refresh()
+        if refresh:
+            self.refresh()
         out = [PinEntry._of(s, r) for s, recs in self._data.servers.items() if server is None or s == server
                for r in recs.values()]
         return sorted(out, key=lambda e: (e.server, ENTRY_KINDS.index(e.kind), e.key))
@@ -283,8 +302,15 @@ class PinStore:
             raise StateError(f"cannot write {self._path}: {exc.strerror}",
                              hint="check free space and permissions of the state directory") from exc
 
+    def registry(self) -> Redactor:
+        """The secrets registry this store redacts with (see ``__init__``)."""
+        return self._redactor if self._redactor is not None else load_redactor(self._dir)
+
     def _observe_one(self, data: _File, server: str, kind: EntryKind, key: str, definition: Any, d: str,
-                     findings: Sequence[Finding], on_new: str) -> list[Detection]:
+                     findings: Sequence[Finding], on_new: str, redactor: Redactor) -> list[Detection]:
+        stored = redactor.json_value(definition)
+        redacted = stored != definition
+        definition = stored
         recs = data.servers.setdefault(server, {})
         rk = entry_key(kind, key)
         rec = recs.get(rk)
@@ -292,7 +318,7 @@ class PinStore:
         fmodels = [_Finding(code=f.code, path=f.path, message=f.message) for f in findings]
         if rec is None:
             rec = _Record(kind=kind, key=key, state="pending", digest=d, definition=definition, findings=fmodels,
-                          first_seen=now)
+                          first_seen=now, redacted=redacted)
             recs[rk] = rec
             out = [Detection(server, kind, key, "new", d, None, tuple(findings))]
             if on_new == "tofu" and not findings:
@@ -304,6 +330,7 @@ class PinStore:
             return []
         previous = rec.digest
         rec.digest, rec.definition, rec.findings, rec.changed_at = d, definition, fmodels, now
+        rec.redacted = redacted
         if rec.state == "revoked":
             return [Detection(server, kind, key, "changed", d, previous, tuple(findings), "still revoked")]
         if rec.approved_digest == d:
@@ -317,8 +344,9 @@ class PinStore:
                                                                                                list[Detection]]:
         """Record the server's identity (its launch manifest); return its pin state and what to report."""
         d = compute_digest(dict(manifest))
+        redactor = self.registry()
         with self._update() as data:
-            detections = self._observe_one(data, server, "server", "", dict(manifest), d, (), on_new)
+            detections = self._observe_one(data, server, "server", "", dict(manifest), d, (), on_new, redactor)
         return self.state(server, "server", "", d), detections
 
     def observe_instructions(self, server: str, instructions: str | None, *, on_new: str) -> tuple[PinState,
@@ -330,8 +358,10 @@ class PinStore:
             return self.state(server, "instructions", "", d), []
         findings = scan_definition("instructions", instructions or "", server=server,
                                    other_servers=self.tool_names_by_server())
+        redactor = self.registry()
         with self._update() as data:
-            detections = self._observe_one(data, server, "instructions", "", instructions, d, findings, on_new)
+            detections = self._observe_one(data, server, "instructions", "", instructions, d, findings, on_new,
+                                           redactor)
         return self.state(server, "instructions", "", d), detections
 
     def observe_list(self, server: str, kind: EntryKind, definitions: Sequence[Any], *, on_new: str,
@@ -355,8 +385,16 @@ class PinStore:
                                             detail=f"no string {field_name!r}"))
                 continue
             keyed.setdefault(key, []).append(definition)
+        redactor = self.registry()
+        refused = refused_names(kind, keyed, redactor)
         digests: dict[str, str] = {}
         for key, defs in keyed.items():
+            if key in refused:
+                rejected.append(key)
+                detections.append(Detection(server, kind, key, "rejected", None,
+                                            findings=(Finding("refused-name", "$." + field_name, refused[key]),),
+                                            detail=refused[key] + " (hidden; not approvable)"))
+                continue
             if len(defs) > 1:
                 rejected.append(key)
                 detections.append(Detection(server, kind, key, "rejected", None,
@@ -378,7 +416,8 @@ class PinStore:
             scanned = {k: scan_definition(kind, keyed[k][0], server=server, other_servers=others) for k in todo}
             with self._update() as data:
                 for k, d in todo.items():
-                    detections.extend(self._observe_one(data, server, kind, k, keyed[k][0], d, scanned[k], on_new))
+                    detections.extend(self._observe_one(data, server, kind, k, keyed[k][0], d, scanned[k], on_new,
+                                                        redactor))
         states = {k: self.state(server, kind, k, d) for k, d in digests.items()}
         return ListObservation(digests, states, tuple(detections), tuple(rejected))
 

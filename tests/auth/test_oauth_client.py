@@ -1,0 +1,307 @@
+"""warden's OAuth client against a scripted server on 127.0.0.1 (real HTTP, h11 over trio): one origin plays the
+MCP server and its authorization server, and each test makes it lie in one way. The client must refuse each lie
+clearly, before it sends a code or credentials anywhere, and never log a token or a code.
+
+The "browser" is a presenter that fetches the authorization URL and follows its redirect to warden's loopback
+listener, as a user who clicks Allow would.
+"""
+
+from __future__ import annotations
+
+import logging
+import stat
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+import trio
+
+from tests.auth.fake_auth import ACCESS, CODE, REFRESH, Clock, FakeAuth, follow
+from tests.http_client.httpserver import HttpServer
+from warden.auth import (
+    CredentialStore,
+    DiscoveryError,
+    GrantEvent,
+    OAuthClient,
+    OAuthSettings,
+    RedirectError,
+    TokenError,
+    token_digest,
+)
+from warden.secrets import SecretStore
+
+
+@dataclass
+class Harness:
+    fake: FakeAuth
+    client: OAuthClient
+    events: list[GrantEvent]
+    store: CredentialStore
+    clock: Clock
+
+    @property
+    def url(self) -> str:
+        return self.fake.origin + "/mcp"
+
+    async def challenge(self, status: int = 401, header: str | None = None, sent: str | None = None) -> bool:
+        value = header if header is not None else \
+            f'Bearer resource_metadata="{self.fake.origin}/.well-known/oauth-protected-resource/mcp"'
+        return await self.client.challenged(status, [value], sent)
+
+
+@pytest.fixture
+async def harness(nursery: trio.Nursery, tmp_path: Any) -> Harness:
+    return await make_harness(nursery, tmp_path, FakeAuth())
+
+
+async def make_harness(nursery: trio.Nursery, tmp_path: Any, fake: FakeAuth,
+                       present: Callable[[str], Awaitable[None]] = follow,
+                       settings: OAuthSettings | None = None) -> Harness:
+    await nursery.start(fake.server.serve)
+    clock = Clock()
+    store = CredentialStore(SecretStore(tmp_path, keyring=None), clock=clock)
+    events: list[GrantEvent] = []
+
+    async def sink(event: GrantEvent) -> None:
+        events.append(event)
+
+    client = OAuthClient(fake.origin + "/mcp", "test", settings or OAuthSettings(timeout=20), store, present=present)
+    client.bind_audit(sink)
+    return Harness(fake, client, events, store, clock)
+
+
+# ---------------------------------------------------------------------------------------------------- the flow
+
+
+async def test_AU01_AU02_AU07_authorization_code_flow_with_pkce_resource_and_state(harness: Harness, tmp_path: Any,
+                                                                    caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    assert await harness.client.authorization(harness.url) is None
+    assert await harness.challenge()
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-1"
+    authorize = parse_qs(urlsplit(harness.fake.seen("/authorize")[0].path).query)
+    assert authorize["response_type"] == ["code"]
+    assert authorize["code_challenge_method"] == ["S256"]
+    assert len(authorize["code_challenge"][0]) == 43
+    assert authorize["resource"] == [harness.url]
+    assert authorize["scope"] == ["mcp:read offline_access"]
+    assert urlsplit(authorize["redirect_uri"][0]).hostname == "127.0.0.1"
+    assert len(authorize["state"][0]) >= 20
+    token = parse_qs(harness.fake.seen("/token")[0].body.decode())
+    assert token["grant_type"] == ["authorization_code"]
+    assert token["resource"] == [harness.url]
+    assert token["code"] == [CODE]
+    assert len(token["code_verifier"][0]) >= 43
+    registration = harness.fake.seen("/register")[0].json()
+    assert registration["application_type"] == "native"
+    assert registration["grant_types"] == ["authorization_code", "refresh_token"]
+    assert harness.events == [GrantEvent(kind="authorized", resource=harness.url, issuer=harness.fake.origin,
+                                         client_id="client-1", scopes=("mcp:read", "offline_access"),
+                                         token_digest=token_digest(f"{ACCESS}-1"))]
+    secrets_file = tmp_path / "secrets.json"
+    assert stat.S_IMODE(secrets_file.stat().st_mode) == 0o600
+    assert f"{ACCESS}-1" in secrets_file.read_text()
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in (f"{ACCESS}-1", REFRESH, CODE):
+        assert secret not in logged
+
+
+async def test_AU06_token_never_goes_to_another_origin_or_outside_its_resource(harness: Harness) -> None:
+    assert await harness.challenge()
+    other_port = harness.fake.server.port + 1
+    assert await harness.client.authorization(f"http://127.0.0.1:{other_port}/mcp") is None
+    assert await harness.client.authorization(f"http://localhost:{harness.fake.server.port}/mcp") is None
+    assert await harness.client.authorization(harness.fake.origin + "/other") is None
+    assert await harness.client.authorization(harness.fake.origin + "/mcp/sub") is not None
+
+
+async def test_tokens_are_kept_per_resource_and_reused_by_the_next_run(harness: Harness, tmp_path: Any,
+                                                                       nursery: trio.Nursery) -> None:
+    assert await harness.challenge()
+    again = OAuthClient(harness.url, "test", OAuthSettings(timeout=20), harness.store, present=follow)
+    assert await again.challenged(401, ['Bearer realm="x"'], None)
+    assert await again.authorization(harness.url) == f"Bearer {ACCESS}-1"
+    assert len(harness.fake.seen("/authorize")) == 1
+    assert harness.store.tokens(harness.fake.origin + "/elsewhere", harness.fake.origin) is None
+
+
+async def test_expired_token_is_refreshed_with_the_resource(harness: Harness) -> None:
+    assert await harness.challenge()
+    harness.clock.now += 3600
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-2"
+    refresh = parse_qs(harness.fake.seen("/token")[1].body.decode())
+    assert refresh["grant_type"] == ["refresh_token"]
+    assert refresh["refresh_token"] == [REFRESH]
+    assert refresh["resource"] == [harness.url]
+    assert [e.kind for e in harness.events] == ["authorized", "refreshed"]
+
+
+async def test_step_up_asks_for_the_union_once_and_never_for_held_scopes(harness: Harness) -> None:
+    assert await harness.challenge()
+    sent = f"Bearer {ACCESS}-1"
+    harness.client.accepted(sent)
+    held = 'Bearer error="insufficient_scope", scope="mcp:read"'
+    assert not await harness.challenge(403, held, sent)
+    assert len(harness.fake.seen("/authorize")) == 1
+    assert await harness.challenge(403, 'Bearer error="insufficient_scope", scope="mcp:write"', sent)
+    second = parse_qs(urlsplit(harness.fake.seen("/authorize")[1].path).query)
+    assert second["scope"] == ["mcp:read offline_access mcp:write"]
+    assert not await harness.challenge(403, 'Bearer error="forbidden"', f"Bearer {ACCESS}-2")
+
+
+async def test_a_fresh_token_refused_again_is_not_authorized_in_a_loop(harness: Harness) -> None:
+    assert await harness.challenge()
+    with pytest.raises(TokenError, match="does not authorize again in a loop"):
+        await harness.challenge(sent=f"Bearer {ACCESS}-1")
+    with pytest.raises(TokenError):
+        await harness.challenge(sent=f"Bearer {ACCESS}-1")
+    assert len(harness.fake.seen("/authorize")) == 1
+
+
+async def test_revoked_token_and_refresh_token_lead_to_one_new_authorization(harness: Harness) -> None:
+    assert await harness.challenge()
+    harness.client.accepted(f"Bearer {ACCESS}-1")
+    harness.fake.token = {"error": "invalid_grant"}  # the refresh token was revoked too
+    with pytest.raises(TokenError, match="invalid_grant"):
+        await harness.challenge(sent=f"Bearer {ACCESS}-1")
+    # the refresh failed (logged), the new authorization's token request was refused: final for this run
+    assert len(harness.fake.seen("/authorize")) == 2
+
+
+# ---------------------------------------------------------------------------------------------------- bad input
+
+
+async def refused(nursery: trio.Nursery, tmp_path: Any, fake: FakeAuth, error: type[Exception], match: str,
+                  **kwargs: Any) -> Harness:
+    harness = await make_harness(nursery, tmp_path, fake, **kwargs)
+    with pytest.raises(error, match=match):
+        await harness.challenge()
+    with pytest.raises(error, match=match):  # final: the user is not asked again
+        await harness.challenge()
+    assert harness.events == []
+    assert await harness.client.authorization(harness.url) is None
+    return harness
+
+
+async def test_metadata_pointing_at_another_origin_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path, FakeAuth(metadata={"token_endpoint": "http://127.0.0.2:9/token"}),
+                            DiscoveryError, "points its token_endpoint at another origin")
+    assert harness.fake.seen("/register") == []
+    assert harness.fake.seen("/authorize") == []
+
+
+async def test_issuer_mismatch_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path, FakeAuth(metadata={"issuer": "https://attacker.example.com"}),
+                            DiscoveryError, "claims issuer 'https://attacker.example.com'")
+    assert harness.fake.seen("/register") == []
+
+
+async def test_resource_metadata_for_another_resource_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path, FakeAuth(prm={"resource": "https://evil.example.com/mcp"}),
+                            DiscoveryError, "is for 'https://evil.example.com/mcp'")
+    assert harness.fake.seen("/.well-known/oauth-authorization-server") == []
+
+
+async def test_resource_metadata_url_on_another_origin_is_not_fetched(nursery: trio.Nursery,
+                                                                      tmp_path: Any) -> None:
+    other = HttpServer(FakeAuth().handle)
+    await nursery.start(other.serve)
+    harness = await make_harness(nursery, tmp_path, FakeAuth())
+    header = f'Bearer resource_metadata="{other.origin}/.well-known/oauth-protected-resource/mcp"'
+    with pytest.raises(DiscoveryError, match="on another origin"):
+        await harness.challenge(header=header)
+    assert other.seen == []
+
+
+async def test_plain_http_to_a_remote_host_and_no_pkce_are_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    await refused(nursery, tmp_path, FakeAuth(prm={"authorization_servers": ["http://auth.example.com"]}),
+                  DiscoveryError, "plain http:// to a host that is not loopback")
+
+
+async def test_server_without_s256_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    await refused(nursery, tmp_path, FakeAuth(metadata={"code_challenge_methods_supported": ["plain"]}),
+                  DiscoveryError, "does not offer PKCE with S256")
+
+
+async def test_registration_with_a_non_loopback_redirect_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path,
+                            FakeAuth(registration={"redirect_uris": ["https://attacker.example.com/cb"]}),
+                            TokenError, "is not a loopback redirect")
+    assert harness.fake.seen("/authorize") == []
+
+
+async def test_token_answer_without_token_type_is_refused(nursery: trio.Nursery, tmp_path: Any,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    harness = await refused(nursery, tmp_path, FakeAuth(token={"token_type": None}), TokenError,
+                            "no token_type")
+    assert harness.store.tokens(harness.url, harness.fake.origin) is None
+    assert ACCESS not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+async def test_state_mismatch_is_refused_before_any_token_request(nursery: trio.Nursery, tmp_path: Any) -> None:
+    async def forged(url: str) -> None:
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            location = (await http.get(url)).headers["location"]
+            await http.get(location.replace("state=", "state=forged"))
+
+    harness = await refused(nursery, tmp_path, FakeAuth(), RedirectError, "state does not match", present=forged)
+    assert harness.fake.seen("/token") == []
+
+
+async def test_iss_of_another_issuer_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path, FakeAuth(redirect={"iss": "https://evil.example.com"}),
+                            RedirectError, "comes from issuer 'https://evil.example.com'")
+    assert harness.fake.seen("/token") == []
+
+
+async def test_missing_iss_when_promised_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
+    harness = await refused(nursery, tmp_path,
+                            FakeAuth(metadata={"authorization_response_iss_parameter_supported": True}),
+                            RedirectError, "this one has none")
+    assert harness.fake.seen("/token") == []
+
+
+async def test_error_redirect_is_refused_with_the_servers_words_escaped(nursery: trio.Nursery,
+                                                                       tmp_path: Any) -> None:
+    await refused(nursery, tmp_path,
+                  FakeAuth(redirect={"code": None, "error": "access_denied", "error_description": "no\x1b[2J"}),
+                  RedirectError, r"refused: access_denied \(no\\x1b\[2J\)")
+
+
+async def test_pre_registered_client_uses_basic_authentication(nursery: trio.Nursery, tmp_path: Any) -> None:
+    fake = FakeAuth(metadata={"token_endpoint_auth_methods_supported": ["client_secret_basic"],
+                              "registration_endpoint": None})
+    settings = OAuthSettings(client_id="pre-client", client_secret="pre-secret-123", timeout=20)
+    harness = await make_harness(nursery, tmp_path, fake, settings=settings)
+    assert await harness.challenge()
+    token = harness.fake.seen("/token")[0]
+    assert token.header("authorization") == "Basic " + __import__("base64").b64encode(
+        b"pre-client:pre-secret-123").decode()
+    assert harness.fake.seen("/register") == []
+
+
+async def test_a_cancelled_request_does_not_abandon_the_authorization(nursery: trio.Nursery, tmp_path: Any) -> None:
+    """The user is still in the browser when the request that met the 401 gives up (a timeout, the host left):
+    the authorization goes on, and the next request gets its token without a second prompt."""
+    shown: list[str] = []
+    release = trio.Event()
+
+    async def slow_user(url: str) -> None:
+        shown.append(url)
+        await release.wait()
+        await follow(url)
+
+    harness = await make_harness(nursery, tmp_path, FakeAuth(), present=slow_user)
+    with trio.move_on_after(1) as scope:
+        await harness.challenge()
+    assert scope.cancelled_caught
+    assert len(shown) == 1
+    release.set()
+    assert await harness.challenge()
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-1"
+    assert len(shown) == 1
+    assert len(harness.fake.seen("/authorize")) == 1

@@ -1,0 +1,247 @@
+"""The egress proxy against real TCP: clients on 127.0.0.1, upstream hosts in a test network namespace. Every
+refusal is an HTTP answer with a one-line reason naming the policy line that would allow it, and a recorded
+decision; no client can hang the proxy."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+
+import pytest
+import trio
+
+from tests.egress.conftest import HTTP_PORT, TLS_PORT, MemorySink, exchange, running_proxy, static_resolver
+from tests.egress.netns import NetLab
+from warden.audit import AuditLogFailed
+from warden.egress import MAX_REQUEST_LINE, EgressDecision, EgressProxy, EgressRules, ProxyLimits
+
+
+def rules_for(net: NetLab) -> EgressRules:
+    subnet = net.server_ip.rsplit(".", 1)[0] + ".0/24"
+    return EgressRules.parse([f"web.test:{HTTP_PORT}", f"lo.test:{HTTP_PORT}", f"tls.test:{TLS_PORT}",
+                              f"other.test:{TLS_PORT}"], [subnet])
+
+
+def names_for(net: NetLab) -> dict[str, str]:
+    return {"web.test": net.server_ip, "tls.test": net.server_ip, "other.test": net.server_ip,
+            "lo.test": "127.0.0.1", "away.test": net.server_ip}
+
+
+def status_line(answer: bytes) -> str:
+    return answer.split(b"\r\n", 1)[0].decode()
+
+
+async def test_an_allowed_request_reaches_the_host_and_is_recorded(net: NetLab) -> None:
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        answer = await exchange(port, f"GET http://web.test:{HTTP_PORT}/small HTTP/1.1\r\nHost: web.test\r\n\r\n"
+                                .encode())
+    assert status_line(answer) == "HTTP/1.1 200 OK"
+    assert answer.endswith(b"<p>hello from the egress test host</p></body></html>")
+    assert b"\r\nConnection: close\r\n" in answer
+    assert b"keep-alive" not in answer
+    [decision] = sink.decisions
+    assert (decision.allowed, decision.host, decision.port, decision.address) == (True, "web.test", HTTP_PORT,
+                                                                                 net.server_ip)
+    [(_, index, tally)] = sink.ends
+    assert index == 0
+    assert tally.error is None
+    assert tally.received == len(answer)
+    assert tally.sent == len(f"GET /small HTTP/1.1\r\nHost: web.test:{HTTP_PORT}\r\nConnection: close\r\n\r\n")
+
+
+@pytest.mark.parametrize(("request_line", "status", "reason", "rule"), [
+    (f"GET http://away.test:{HTTP_PORT}/ HTTP/1.1", 403,
+     f"away.test:{HTTP_PORT} is not on the egress allow-list", f'network.allow = ["away.test:{HTTP_PORT}"]'),
+    ("GET http://{ip}:8080/ HTTP/1.1", 403, "{ip}:8080 is not on the egress allow-list (an IP address is "
+     "allowed only by an IP entry)", 'network.allow = ["{ip}:8080"]'),
+    ("GET http://web.test:8081/ HTTP/1.1", 403, "web.test:8081 is not on the egress allow-list (it is "
+     "allowed on port 8080 only)", 'network.allow = ["web.test:8081"]'),
+    (f"GET http://lo.test:{HTTP_PORT}/ HTTP/1.1", 403, "lo.test resolved to 127.0.0.1, a loopback address, which is "
+     "refused unless explicitly allowed", 'network.allow_addresses = ["127.0.0.1/32"]'),
+    ("CONNECT 127.0.0.1:3128 HTTP/1.1", 403, "127.0.0.1:3128 is not on the egress allow-list (an IP "
+     "address is allowed only by an IP entry)", 'network.allow = ["127.0.0.1:3128"]'),
+    ("CONNECT 169.254.169.254:80 HTTP/1.1", 403, "169.254.169.254:80 is not on the egress allow-list (an "
+     "IP address is allowed only by an IP entry)", 'network.allow = ["169.254.169.254:80"]'),
+    (f"CONNECT away.test:{TLS_PORT} HTTP/1.1", 403, f"away.test:{TLS_PORT} is not on the egress allow-list",
+     f'network.allow = ["away.test:{TLS_PORT}"]'),
+])
+async def test_refusals_name_the_policy_line_and_are_recorded(net: NetLab, request_line: str, status: int,
+                                                              reason: str, rule: str) -> None:
+    request_line, reason, rule = (t.replace("{ip}", net.server_ip) for t in (request_line, reason, rule))
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        answer = await exchange(port, f"{request_line}\r\nHost: x\r\n\r\n".encode())
+    text = f"refused: {reason}; to allow it: {rule}"
+    assert status_line(answer) == f"HTTP/1.1 {status} warden egress {text}"
+    assert answer.endswith(f"\r\n\r\nwarden egress: {text}\n".encode())
+    [decision] = sink.decisions
+    assert (decision.allowed, decision.reason, decision.rule, decision.address) == (False, reason, rule, None)
+    assert sink.ends == []
+
+
+async def test_a_name_that_does_not_resolve(net: NetLab) -> None:
+    rules = EgressRules.parse(["nowhere.test:443"])
+    async with running_proxy(rules, names_for(net)) as (port, sink):
+        answer = await exchange(port, b"CONNECT nowhere.test:443 HTTP/1.1\r\n\r\n")
+    assert status_line(answer).startswith("HTTP/1.1 502 warden egress refused: nowhere.test does not resolve")
+    assert not sink.decisions[0].allowed
+
+
+async def test_absolute_form_cannot_smuggle_another_host(net: NetLab) -> None:
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        echoed = await exchange(port, f"GET http://web.test:{HTTP_PORT}/echo HTTP/1.1\r\nHost: away.test\r\n"
+                                      "Proxy-Connection: keep-alive\r\nX-Forwarded-Host: kept\r\n\r\n".encode())
+        userinfo = await exchange(port, f"GET http://web.test:{HTTP_PORT}@away.test/ HTTP/1.1\r\n\r\n".encode())
+        both = await exchange(port, f"POST http://web.test:{HTTP_PORT}/ HTTP/1.1\r\nContent-Length: 5\r\n"
+                                    "Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n".encode())
+    assert status_line(echoed) == "HTTP/1.1 200 OK"
+    forwarded = echoed.split(b"ECHO\n", 1)[1]
+    assert forwarded == (f"GET /echo HTTP/1.1\r\nHost: web.test:{HTTP_PORT}\r\nX-Forwarded-Host: kept\r\n"
+                         "Connection: close\n").encode()
+    assert status_line(userinfo).startswith("HTTP/1.1 400 warden egress refused: malformed authority")
+    assert status_line(both).startswith("HTTP/1.1 501 warden egress refused: Transfer-Encoding in a request")
+    assert [d.allowed for d in sink.decisions] == [True, False, False]
+
+
+async def test_plain_http_inside_a_tunnel_is_checked_like_a_proxy_request(net: NetLab) -> None:
+    """Node's fetch tunnels http:// URLs through CONNECT: the request inside must name the tunnel's host."""
+    connect = f"CONNECT web.test:{HTTP_PORT} HTTP/1.1\r\n\r\n".encode()
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        answer = await exchange(port, connect + f"GET /echo HTTP/1.1\r\nHost: web.test:{HTTP_PORT}\r\n"
+                                               "Connection: keep-alive\r\n\r\n".encode())
+    established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert answer.startswith(established + b"HTTP/1.1 200 OK\r\n")
+    assert answer.endswith(f"ECHO\nGET /echo HTTP/1.1\r\nHost: web.test:{HTTP_PORT}\r\nConnection: close\n"
+                           .encode())
+    assert [d.allowed for d in sink.decisions] == [True]
+
+
+async def test_a_second_request_on_a_kept_alive_connection_is_refused(net: NetLab) -> None:
+    first = f"GET http://web.test:{HTTP_PORT}/small HTTP/1.1\r\nConnection: keep-alive\r\n\r\n"
+    second = f"GET http://away.test:{HTTP_PORT}/ HTTP/1.1\r\n\r\n"
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        answer = await exchange(port, (first + second).encode())
+    one, two = answer.split(b"</html>", 1)
+    assert status_line(one) == "HTTP/1.1 200 OK"
+    assert status_line(two).startswith(f"HTTP/1.1 403 warden egress refused: a second request (away.test:{HTTP_PORT})"
+                                       " on one proxy connection")
+    assert [(d.allowed, d.host) for d in sink.decisions] == [(True, "web.test"), (False, "away.test")]
+
+
+async def test_an_oversized_request_line_is_refused(net: NetLab) -> None:
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        answer = await exchange(port, b"GET http://web.test:8080/" + b"a" * MAX_REQUEST_LINE + b" HTTP/1.1\r\n\r\n")
+    assert status_line(answer) == (f"HTTP/1.1 414 warden egress refused: the request line is longer than "
+                                   f"{MAX_REQUEST_LINE} bytes; to allow it: a well-formed request")
+    assert not sink.decisions[0].allowed
+
+
+async def test_a_silent_client_is_answered_408_and_hangs_nothing(net: NetLab) -> None:
+    async with running_proxy(rules_for(net), names_for(net), ProxyLimits(head_timeout=1.0)) as (port, sink):
+        with trio.fail_after(60):
+            silent = await trio.open_tcp_stream("127.0.0.1", port)
+            half = await trio.open_tcp_stream("127.0.0.1", port)
+            await half.send_all(b"GET http://web.test:8080/ HTTP/1.1\r\n")
+            served = await exchange(port, f"GET http://web.test:{HTTP_PORT}/small HTTP/1.1\r\n\r\n".encode())
+            answers = []
+            for stream in (silent, half):
+                out = b""
+                while chunk := await stream.receive_some(65536):
+                    out += chunk
+                answers.append(out)
+                await stream.aclose()
+    assert status_line(served) == "HTTP/1.1 200 OK"
+    for out in answers:
+        assert status_line(out) == ("HTTP/1.1 408 warden egress refused: no complete request within 1 s; to allow "
+                                    "it: send the request")
+    assert sorted(d.allowed for d in sink.decisions) == [False, False, True]
+
+
+def client_hello(sni: str | None) -> bytes:
+    context = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = context.wrap_bio(incoming, outgoing, server_hostname=sni)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+async def test_connect_requires_the_sni_to_be_the_allowed_name(net: NetLab) -> None:
+    connect = f"CONNECT tls.test:{TLS_PORT} HTTP/1.1\r\nHost: tls.test:{TLS_PORT}\r\n\r\n".encode()
+    hello = client_hello("tls.test")
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        good = await exchange(port, connect + hello)
+        fronted = await exchange(port, connect + client_hello("other.test"))
+        bare = await exchange(port, connect + client_hello(None))
+        plain = await exchange(port, connect + b"GET / HTTP/1.1\r\nHost: away.test\r\n\r\n")
+        ssh = await exchange(port, connect + b"SSH-2.0-OpenSSH_9.2\r\n\r\n")
+    established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert good == established + b"GOT %d\n" % len(hello)  # the host got exactly the ClientHello
+    assert fronted == established
+    assert bare == established
+    assert status_line(plain[len(established):]).startswith(
+        "HTTP/1.1 403 warden egress refused: the request inside the tunnel is for 'away.test', not the allowed "
+        f"tls.test:{TLS_PORT} (no domain fronting)")
+    assert status_line(ssh[len(established):]).startswith(
+        "HTTP/1.1 400 warden egress refused: a request inside a tunnel must be in origin form (GET /path)")
+    refusals = [d.reason for d in sink.decisions if not d.allowed]
+    assert refusals == [
+        "the TLS ClientHello asks for 'other.test', not the allowed 'tls.test' (no domain fronting)",
+        "the ClientHello names no server (SNI)",
+        "inside the tunnel: the request inside the tunnel is for 'away.test', not the allowed "
+        f"tls.test:{TLS_PORT} (no domain fronting)",
+        "inside the tunnel: a request inside a tunnel must be in origin form (GET /path)",
+    ]
+    assert next((t.sent, t.received) for _, _, t in sink.ends) == (len(hello), len(f"GOT {len(hello)}\n"))
+
+
+class _BrokenLog(MemorySink):
+    async def decided(self, decision: EgressDecision) -> int | None:
+        await trio.lowlevel.checkpoint()
+        raise AuditLogFailed("fdatasync failed: EIO")
+
+
+async def test_what_cannot_be_recorded_is_refused_and_the_proxy_goes_on(net: NetLab) -> None:
+    proxy = EgressProxy(rules_for(net), _BrokenLog(), resolver=static_resolver(names_for(net)))
+    async with trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        proxy.attach(listener)
+        port = listener.getsockname()[1]
+        answers = [await exchange(port, f"GET http://web.test:{HTTP_PORT}/small HTTP/1.1\r\n\r\n".encode())
+                   for _ in range(2)]
+        nursery.cancel_scope.cancel()
+    for answer in answers:  # nothing reached the host, and the second connection was still served
+        assert status_line(answer) == ("HTTP/1.1 503 warden egress refused: the audit log cannot record this "
+                                       "connection; to allow it: a working audit log (see warden audit verify)")
+
+
+async def test_warden_s_own_port_is_refused_even_inside_allow_addresses() -> None:
+    own = socket.socket()  # stands for warden's HTTP face on loopback
+    own.bind(("127.0.0.1", 0))
+    own.listen(4)
+    taken = own.getsockname()[1]
+    sink = MemorySink()
+    proxy = EgressProxy(EgressRules.parse([f"lo.test:{taken}"], ["127.0.0.0/8"]), sink,
+                        resolver=static_resolver({"lo.test": "127.0.0.1"}))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(proxy.serve)
+            listener = socket.socket()
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(4)
+            proxy.attach(listener)
+            port = listener.getsockname()[1]
+            connect = f"CONNECT lo.test:{taken} HTTP/1.1\r\n\r\n".encode()
+            before = await exchange(port, connect, close_after=True)
+            proxy.own_ports.add(taken)
+            after = await exchange(port, connect)
+            nursery.cancel_scope.cancel()
+    finally:
+        own.close()
+    assert before == b"HTTP/1.1 200 Connection established\r\n\r\n"  # allow_addresses made loopback reachable
+    assert status_line(after) == (f"HTTP/1.1 403 warden egress refused: lo.test resolved to 127.0.0.1, and port "
+                                  f"{taken} there is warden's own; to allow it: network.allow = "
+                                  f'["127.0.0.1:{taken}"]')
+    assert [d.allowed for d in sink.decisions] == [True, False]

@@ -1,0 +1,241 @@
+"""Host file parsing (property tests) and the plan's refusals, without the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from warden.errors import ConfigError
+from warden.hostconfig import build_plan, detect_host, parse_host_file, strip_jsonc
+
+text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
+stdio_entry = st.fixed_dictionaries({"command": text.filter(bool)},
+                                    optional={"args": st.lists(text, max_size=5),
+                                              "env": st.dictionaries(text, text, max_size=4)})
+
+
+@given(st.dictionaries(names, stdio_entry, max_size=6), st.sampled_from([None, 1, 2, 4]))
+@settings(max_examples=300, deadline=None)
+def test_claude_desktop_entries_are_read_exactly(servers: dict[str, dict[str, object]], indent: int | None) -> None:
+    raw = json.dumps({"globalShortcut": "x", "mcpServers": servers}, indent=indent).encode()
+    parsed = parse_host_file(raw, Path("/h/.config/Claude/claude_desktop_config.json"), home=Path("/h"))
+    assert parsed.host == "claude-desktop"
+    assert [e.name for e in parsed.entries] == list(servers)
+    for entry in parsed.entries:
+        given_entry = servers[entry.name]
+        assert entry.command == given_entry["command"]
+        assert list(entry.args) == given_entry.get("args", [])
+        assert dict(entry.env) == given_entry.get("env", {})
+        assert entry.where == ("mcpServers", entry.name)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | text,
+                           lambda inner: st.lists(inner, max_size=4) | st.dictionaries(text, inner, max_size=4),
+                           max_leaves=20)
+
+
+def _with_comments_and_trailing_commas(doc: str) -> str:
+    out = []
+    for line in doc.split("\n"):
+        out.append(line + "  // a comment, with \"quotes\" and /* */")
+    text = "\n/* block\n comment */\n".join(out)
+    return text.replace("\n]", ",\n]").replace("\n}", ",\n}") if text.count("[") + text.count("{") else text
+
+
+@given(json_values)
+@settings(max_examples=300, deadline=None)
+def test_jsonc_reads_back_the_same_value(value: object) -> None:
+    doc = json.dumps(value, indent=1)
+    assert json.loads(strip_jsonc(doc)) == value
+    if isinstance(value, dict | list) and value:
+        assert json.loads(strip_jsonc(_with_comments_and_trailing_commas(doc))) == value
+
+
+@given(st.binary(max_size=200), st.sampled_from(["claude_desktop_config.json", ".claude.json", ".vscode/mcp.json",
+                                                  "x.json"]))
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_any_bytes_parse_or_raise_config_error(raw: bytes, name: str) -> None:
+    refused: ConfigError | None = None
+    try:
+        parse_host_file(raw, Path("/p") / name, home=Path("/h"))
+    except ConfigError as exc:
+        refused = exc
+    if refused is not None:
+        assert refused.message.startswith("/p/"), refused.message
+        assert refused.hint
+
+
+@given(st.dictionaries(st.sampled_from(["command", "args", "env", "url", "headers", "type", "cwd", "disabled"]),
+                       json_values, max_size=5))
+@settings(max_examples=500, deadline=None)
+def test_any_entry_value_parses_or_raises_config_error(entry: dict[str, object]) -> None:
+    raw = json.dumps({"mcpServers": {"s": entry}}).encode()
+    try:
+        parsed = parse_host_file(raw, Path("/p/.cursor/mcp.json"), home=Path("/h"))
+    except ConfigError as exc:
+        refused = exc
+    else:
+        (e,) = parsed.entries
+        assert (e.command is None) != (e.url is None)
+        assert all(isinstance(a, str) for a in e.args)
+        return
+    assert refused.message.startswith("/p/.cursor/mcp.json")
+
+
+@pytest.mark.parametrize(("path", "doc", "host"), [
+    ("/h/.config/Claude/claude_desktop_config.json", {}, "claude-desktop"),
+    ("/h/.claude.json", {}, "claude-code"),
+    ("/p/.mcp.json", {}, "claude-code"),
+    ("/h/.cursor/mcp.json", {}, "cursor"),
+    ("/p/.vscode/mcp.json", {}, "vscode"),
+    ("/any/servers.json", {"servers": {}}, "vscode"),
+    ("/any/servers.json", {"mcpServers": {}}, "mcp-json"),
+])
+def test_host_is_detected_by_place_then_content(path: str, doc: dict[str, object], host: str) -> None:
+    assert detect_host(Path(path), doc) == host
+
+
+def test_duplicate_key_is_refused_naming_it() -> None:
+    raw = b'{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}'
+    with pytest.raises(ConfigError, match="the key 'a' appears twice") as refused:
+        parse_host_file(raw, Path("/h/.cursor/mcp.json"))
+    assert "nothing was written" in str(refused.value.hint)
+
+
+def test_vscode_entry_without_type_is_refused() -> None:
+    raw = b'{"servers": {"a": {"command": "x"}}}'
+    with pytest.raises(ConfigError, match='VS Code requires "type": "stdio"'):
+        parse_host_file(raw, Path("/p/.vscode/mcp.json"))
+
+
+def test_vscode_file_with_mcpservers_key_is_refused() -> None:
+    with pytest.raises(ConfigError, match='VS Code reads servers from a "servers" object'):
+        parse_host_file(b'{"mcpServers": {}}', Path("/p/.vscode/mcp.json"))
+
+
+def _plan(tmp_path: Path, entries: dict[str, object], **kw: object) -> object:
+    raw = json.dumps({"mcpServers": entries}).encode()
+    f = parse_host_file(raw, tmp_path / "claude_desktop_config.json", home=tmp_path)
+    return build_plan([f], config_path=tmp_path / "warden.toml", config_before=None, existing_servers={},
+                      warden_argv=["/usr/bin/warden"], home=str(tmp_path), existing_secret=lambda _: None, **kw)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"command": "npx foo | tee /tmp/x"}, "is a whole shell command line in one string"),
+    ({"command": "bash", "args": ["-c", "npx -y x"]}, "runs a shell script through bash -c"),
+    ({"command": "sudo", "args": ["npx", "x"]}, "runs through sudo"),
+    ({"command": "npx", "args": ["x", "&&", "rm", "-rf", "/"]}, "contains `rm -r`"),
+    ({"command": "docker", "args": ["run", "--privileged", "img"]}, "passes --privileged"),
+    ({"command": "docker", "args": ["run", "-v", "/:/host", "img"]}, "binds / into a container"),
+    ({"command": "npx", "args": ["x", "/no/such/dir/here"]}, "names /no/such/dir/here, which does not exist"),
+    ({"command": "npx", "args": ["x"], "env": {"API_TOKEN": "short"}}, "too short to be redacted"),
+    ({"command": "npx", "args": ["x", "/"]}, "the whole file system"),
+])
+def test_dangerous_or_broken_entries_are_refused(tmp_path: Path, entry: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match="nothing was imported or written") as refused:
+        _plan(tmp_path, {"s": entry})
+    assert message in refused.value.message
+    assert "mcpServers.s" in refused.value.message
+
+
+def test_home_as_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="your whole home directory"):
+        _plan(tmp_path, {"fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "~"]}})
+
+
+def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="3 problem") as refused:
+        _plan(tmp_path, {"a": {"command": "sudo"}, "b": {"command": "sh", "args": ["-c", "x"]},
+                         "c": {"command": "npx", "args": ["/nope/nope"]}})
+    for name in ("mcpServers.a", "mcpServers.b", "mcpServers.c"):
+        assert name in refused.value.message
+
+
+@pytest.mark.parametrize(("path", "key", "message"), [
+    ("/p/.cursor/mcp.json", "envFile", "would not be kept in warden's secrets store"),
+    ("/p/.vscode/mcp.json", "envFile", "would not be kept in warden's secrets store"),
+    ("/p/.vscode/mcp.json", "cwd", "pass the directory as an argument instead"),
+])
+def test_host_keys_not_carried_over_say_what_to_do(path: str, key: str, message: str) -> None:
+    raw = json.dumps({"servers" if "vscode" in path else "mcpServers": {
+        "s": {"type": "stdio", "command": "x", key: "/some/where"}}}).encode()
+    with pytest.raises(ConfigError, match=message) as refused:
+        parse_host_file(raw, Path(path))
+    assert f".s.{key}:" in refused.value.message
+
+
+def _safe_commands() -> st.SearchStrategy[str]:
+    return st.sampled_from(["npx", "uvx", "node", "python3", "/usr/bin/env"])
+
+
+@given(st.dictionaries(st.from_regex(r"[A-Za-z][A-Za-z0-9 _.@-]{0,15}", fullmatch=True),
+                       st.fixed_dictionaries({"command": _safe_commands(),
+                                              "args": st.lists(st.from_regex(r"[a-z@/-]{1,12}", fullmatch=True)
+                                                               .filter(lambda a: not a.startswith("/")),
+                                                               max_size=3)}),
+                       min_size=1, max_size=5), st.sampled_from(["claude_desktop_config.json", ".claude.json",
+                                                                 ".cursor/mcp.json", ".vscode/mcp.json"]))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_rewritten_file_reads_back_as_warden_entries(servers: dict[str, dict[str, object]], name: str) -> None:
+    from warden.hostconfig import server_name_for
+    vscode = name.startswith(".vscode")
+    if vscode:
+        servers = {k: {"type": "stdio", **v} for k, v in servers.items()}
+    doc = {"keep": {"me": [1, 2]}, "servers" if vscode else "mcpServers": servers}
+    path = Path("/h/p") / name
+    f = parse_host_file(json.dumps(doc).encode(), path, home=Path("/h"))
+    wanted = [server_name_for(n) for n in servers]
+    if len(set(wanted)) < len(wanted):  # two host names that clean to one warden name: refused, said so
+        with pytest.raises(ConfigError, match="is also used by"):
+            build_plan([f], config_path=Path("/h/w.toml"), config_before=None, existing_servers={},
+                       warden_argv=["/usr/bin/warden"], home="/h", existing_secret=lambda _: None)
+        return
+    plan = build_plan([f], config_path=Path("/h/w.toml"), config_before=None, existing_servers={},
+                      warden_argv=["/usr/bin/warden", "--config", "/h/w.toml"], home="/h",
+                      existing_secret=lambda _: None)
+    again = parse_host_file(plan.host_after[path], path, home=Path("/h"))
+    assert [e.name for e in again.entries] == list(servers)
+    for entry, expected in zip(again.entries, wanted, strict=True):
+        assert entry.command == "/usr/bin/warden"
+        assert entry.args == ("--config", "/h/w.toml", "run", "--name", expected)
+        assert entry.env == {}
+    assert json.loads(plan.host_after[path])["keep"] == {"me": [1, 2]}
+
+
+def test_vscode_user_file_keeps_workspace_folder_unexpanded_and_the_plan_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / ".config" / "Code" / "User" / "mcp.json"
+    raw = json.dumps({"servers": {"fs": {"type": "stdio", "command": "npx",
+                                         "args": ["-y", "x", "${workspaceFolder}"]}}}).encode()
+    f = parse_host_file(raw, path, home=tmp_path)
+    assert f.host == "vscode"
+    assert f.entries[0].args[-1] == "${workspaceFolder}", "a user-profile file has no workspace"
+    with pytest.raises(ConfigError, match="holds a reference VS Code expands"):
+        build_plan([f], config_path=tmp_path / "w.toml", config_before=None, existing_servers={},
+                   warden_argv=["/usr/bin/warden"], home=str(tmp_path), existing_secret=lambda _: None)
+
+
+def test_an_entry_already_wrapped_by_hand_is_seen_through(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    entries = {
+        "fs": {"command": "/usr/local/bin/warden", "args": [
+            "--config", "/c.toml", "run", "--name", "files", "--write", str(project), "--request-timeout", "30",
+            "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", str(project)]},
+        "done": {"command": "warden", "args": ["run", "--name", "done"]},
+        "remote": {"command": "warden", "args": ["run", "--", "https://mcp.example.com/mcp"]},
+    }
+    plan = _plan(tmp_path, entries)
+    assert [s.name for s in plan.servers] == ["files", "remote"]  # type: ignore[attr-defined]
+    files, remote = plan.servers  # type: ignore[attr-defined]
+    assert files.argv == ("npx", "-y", "@modelcontextprotocol/server-filesystem", str(project))
+    assert [(d.path, d.mode) for d in files.dirs] == [(str(project), "write")]
+    assert remote.argv == ("https://mcp.example.com/mcp",)
+    notes = "\n".join(plan.notes)  # type: ignore[attr-defined]
+    assert "mcpServers.done: already starts `warden run` with no command of its own" in notes
+    assert "not carried over: --request-timeout 30" in notes
+    assert plan.describe()[0].startswith("note: ")  # type: ignore[attr-defined]

@@ -1,0 +1,334 @@
+"""``warden import`` end to end (the real command in a subprocess): each host's file in, warden's config and
+secrets out, the host file rewritten so that the host can still read it, ``--dry-run`` writes nothing, ``--undo``
+restores byte for byte, bad input refuses with nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import WARDEN
+from warden.cli import build_parser
+from warden.cli.run import run_command
+from warden.secrets import SecretStore
+
+TOKEN = "ghp_canaryTOKEN0123456789abcdef"
+
+
+def warden(home: Path, *args: str, stdin: str | None = None,
+           cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HOME": str(home)}
+    return subprocess.run([WARDEN, *args], capture_output=True, text=True, env=env, input=stdin,
+                          cwd=cwd or home, timeout=60, check=False)
+
+
+# -- reading a file back the way each host does (key names and types from each host's documented schema) -------
+
+_HOST_KEYS = {
+    "claude-desktop": ({"command", "args", "env"}, None),
+    "claude-code": ({"type", "command", "args", "env", "url", "headers"}, {"stdio", "http", "sse"}),
+    "cursor": ({"type", "command", "args", "env", "url", "headers", "envFile"}, {"stdio", "http", "sse"}),
+    "vscode": ({"type", "command", "args", "env", "envFile", "url", "headers", "cwd", "dev"}, {"stdio", "http", "sse"}),
+}
+
+
+def host_reads(host: str, raw: bytes) -> dict[str, dict[str, Any]]:
+    """The servers a host starts from ``raw``: strict JSON (VS Code's JSONC reader accepts strict JSON too),
+    each stdio entry a command string, args a list of strings, env an object of strings; VS Code requires type."""
+    doc = json.loads(raw)
+    tables = [doc["servers" if host == "vscode" else "mcpServers"]]
+    if host == "claude-code":
+        tables += [p["mcpServers"] for p in doc.get("projects", {}).values() if "mcpServers" in p]
+    out: dict[str, dict[str, Any]] = {}
+    keys, types = _HOST_KEYS[host]
+    for table in tables:
+        for name, entry in table.items():
+            assert set(entry) <= keys, (name, entry)
+            if types is not None and "type" in entry:
+                assert entry["type"] in types
+            if host == "vscode":
+                assert entry["type"] in types  # type: ignore[operator]
+            if "url" not in entry:
+                assert isinstance(entry["command"], str)
+                assert entry["command"]
+                assert all(isinstance(a, str) for a in entry.get("args", []))
+                assert all(isinstance(v, str) for v in entry.get("env", {}).values())
+            out[name] = entry
+    return out
+
+
+def assert_starts_warden(entry: Mapping[str, Any], name: str, config: Path, state: Path) -> None:
+    assert entry["command"] == str(Path(WARDEN).resolve())
+    assert os.access(entry["command"], os.X_OK)
+    args = build_parser().parse_args(entry["args"])
+    assert (args.func, args.name, args.config, args.state_dir) == (run_command, name, str(config), str(state))
+    assert args.command == [], "the command comes from warden's config, not from the host file"
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / "project").mkdir(parents=True)
+    return home
+
+
+def snapshot(root: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
+def desktop_file(home: Path) -> Path:
+    path = home / ".config" / "Claude" / "claude_desktop_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({
+        "globalShortcut": "Ctrl+Space",
+        "mcpServers": {
+            "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem",
+                                                      str(home / "project")]},
+            "github": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                       "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": TOKEN}},
+            "time": {"command": "uvx", "args": ["mcp-server-time", "--local-timezone=UTC"], "env": {"DEBUG": "1"}},
+        },
+        "preferences": {"menuBarEnabled": False},
+    }, indent=2) + "\n")
+    return path
+
+
+def test_claude_desktop_import_then_undo_byte_for_byte(home: Path, isolated_env: Path) -> None:
+    path = desktop_file(home)
+    original = path.read_bytes()
+    path.chmod(0o640)
+    config = Path(os.environ["WARDEN_CONFIG"])
+
+    r = warden(home, "import")
+    assert r.returncode == 0, r.stderr
+    assert TOKEN not in r.stdout + r.stderr, "the secret is never shown"
+    assert "[REDACTED]" in r.stdout, "the diff shows where the value was"
+
+    servers = host_reads("claude-desktop", path.read_bytes())
+    assert list(servers) == ["filesystem", "github", "time"]
+    for name, entry in servers.items():
+        assert_starts_warden(entry, name, config, isolated_env)
+        assert "env" not in entry, "no value stays in the host file"
+    doc = json.loads(path.read_bytes())
+    assert doc["globalShortcut"] == "Ctrl+Space"
+    assert doc["preferences"] == {"menuBarEnabled": False}
+    assert TOKEN.encode() not in path.read_bytes()
+    assert path.stat().st_mode & 0o777 == 0o640
+
+    table = tomllib.loads(config.read_text())["servers"]
+    assert table["filesystem"] == {"command": "npx",
+                                   "args": ["-y", "@modelcontextprotocol/server-filesystem", str(home / "project")],
+                                   "sandbox": {"write_dirs": [str(home / "project")]}}
+    assert table["github"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${secret:github.GITHUB_PERSONAL_ACCESS_TOKEN}"}
+    assert table["time"]["env"] == {"DEBUG": "1"}
+    assert TOKEN not in config.read_text()
+    store = SecretStore(isolated_env, keyring=None)
+    assert store.get("github.GITHUB_PERSONAL_ACCESS_TOKEN") == TOKEN
+
+    check = warden(home, "policy", "check", str(config))
+    assert check.returncode == 0, check.stderr
+    assert "ok (user config, 3 server(s))" in check.stdout
+
+    r = warden(home, "import", "--undo")
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes() == original
+    assert path.stat().st_mode & 0o777 == 0o640
+    assert not config.exists(), "the import created the config, so undo removes it"
+    assert store.names() == []
+    assert TOKEN in store.values(), "a removed value stays redacted"
+    again = warden(home, "import", "--undo")
+    assert again.returncode == 2
+    assert "there is no import to undo" in again.stderr
+
+
+def test_dry_run_writes_nothing(home: Path, isolated_env: Path) -> None:
+    desktop_file(home)
+    before = snapshot(home.parent)
+    r = warden(home, "import", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert "dry run: nothing was written" in r.stdout
+    assert "+ [servers.github]" in r.stdout
+    assert TOKEN not in r.stdout
+    assert snapshot(home.parent) == before
+    assert not isolated_env.exists()
+
+
+def test_an_existing_config_is_appended_to_and_restored(home: Path, isolated_env: Path) -> None:
+    path = desktop_file(home)
+    config = Path(os.environ["WARDEN_CONFIG"])
+    config.parent.mkdir(parents=True)
+    mine = b"# my settings\n[defaults]\non_new = \"ask\"\n"
+    config.write_bytes(mine)
+    r = warden(home, "import", "--only", "time")
+    assert r.returncode == 0, r.stderr
+    assert config.read_bytes().startswith(mine)
+    servers = host_reads("claude-desktop", path.read_bytes())
+    assert servers["filesystem"]["command"] == "npx", "--only leaves the other entries as they are"
+    assert servers["time"]["args"][-1] == "time"
+    dup = warden(home, "import", "--only", "time")
+    assert dup.returncode == 2
+    assert "already has [servers.time]" in dup.stderr
+    assert warden(home, "import", "--undo").returncode == 0
+    assert config.read_bytes() == mine
+
+
+def test_claude_code_user_project_and_remote_entries(home: Path, isolated_env: Path) -> None:
+    path = home / ".claude.json"
+    raw = json.dumps({
+        "numStartups": 12, "theme": "dark",
+        "mcpServers": {"time": {"type": "stdio", "command": "uvx", "args": ["mcp-server-time"], "env": {}}},
+        "projects": {str(home / "project"): {
+            "allowedTools": [],
+            "mcpServers": {
+                "remote": {"type": "http", "url": "https://mcp.example.com/mcp",
+                           "headers": {"Authorization": "Bearer " + TOKEN, "X-Team": "${TEAM_ID}"}},
+                "keyed": {"command": "npx", "args": ["-y", "some-server"], "env": {"API_KEY": "${MY_KEY:-none}"}},
+            }}},
+    }).encode()
+    path.write_bytes(raw)
+    r = warden(home, "import", str(path))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(path.read_bytes())
+    assert doc["numStartups"] == 12
+    assert doc["projects"][str(home / "project")]["allowedTools"] == []
+    servers = host_reads("claude-code", path.read_bytes())
+    assert servers["time"]["type"] == "stdio"
+    remote = servers["remote"]
+    assert remote["type"] == "stdio"
+    assert "url" not in remote
+    assert "headers" not in remote
+    args = build_parser().parse_args(remote["args"])
+    assert args.header == ["Authorization=HEADER_AUTHORIZATION", "X-Team=HEADER_X_TEAM"]
+    assert remote["env"] == {"HEADER_X_TEAM": "${TEAM_ID}"}, "the host's own reference stays for it to expand"
+    assert servers["keyed"]["env"] == {"API_KEY": "${MY_KEY:-none}"}
+    table = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())["servers"]
+    assert table["remote"] == {"command": "https://mcp.example.com/mcp",
+                               "env": {"HEADER_AUTHORIZATION": "${secret:remote.HEADER_AUTHORIZATION}",
+                                       "HEADER_X_TEAM": "${env:HEADER_X_TEAM}"}}
+    assert table["keyed"]["env"] == {"API_KEY": "${env:API_KEY}"}
+    assert SecretStore(isolated_env, keyring=None).get("remote.HEADER_AUTHORIZATION") == "Bearer " + TOKEN
+    assert warden(home, "import", "--undo").returncode == 0
+    assert path.read_bytes() == raw
+
+
+def test_vscode_jsonc_inputs_and_workspace_folder(home: Path, isolated_env: Path) -> None:
+    project = home / "project"
+    path = project / ".vscode" / "mcp.json"
+    path.parent.mkdir()
+    raw = (b"// workspace servers\n{\n  \"inputs\": [{\"type\": \"promptString\", \"id\": \"tok\", \"password\": true,"
+           b" \"description\": \"token\"}],\n  \"servers\": {\n    \"fs\": {\"type\": \"stdio\", \"command\": \"npx\", "
+           b"\"args\": [\"-y\", \"@modelcontextprotocol/server-filesystem\", \"${workspaceFolder}\"],},\n"
+           b"    /* a server with a prompted token */\n    \"gh\": {\"type\": \"stdio\", \"command\": \"npx\", "
+           b"\"args\": [\"-y\", \"@modelcontextprotocol/server-github\"], \"env\": {\"GITHUB_PERSONAL_ACCESS_TOKEN\": "
+           b"\"${input:tok}\"}},\n  },\n}\n")
+    path.write_bytes(raw)
+    r = warden(home, "import", cwd=project)  # found at its usual place in the working directory
+    assert r.returncode == 0, r.stderr
+    servers = host_reads("vscode", path.read_bytes())
+    assert servers["fs"]["type"] == "stdio"
+    assert servers["gh"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${input:tok}"}
+    assert json.loads(path.read_bytes())["inputs"][0]["id"] == "tok"
+    table = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())["servers"]
+    assert table["fs"]["sandbox"] == {"write_dirs": [str(project)]}
+    assert table["fs"]["args"][-1] == str(project)
+    assert table["gh"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${env:GITHUB_PERSONAL_ACCESS_TOKEN}"}
+    assert warden(home, "import", "--undo", cwd=project).returncode == 0
+    assert path.read_bytes() == raw, "comments and trailing commas come back with the original bytes"
+
+
+def test_cursor_file(home: Path, isolated_env: Path) -> None:
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    raw = json.dumps({"mcpServers": {"docs": {"url": "https://docs.example.com/sse",
+                                              "headers": {"X-Key": "${env:DOCS_KEY}"}}}}).encode()
+    path.write_bytes(raw)
+    r = warden(home, "import")
+    assert r.returncode == 0, r.stderr
+    (entry,) = host_reads("cursor", path.read_bytes()).values()
+    assert entry["env"] == {"HEADER_X_KEY": "${env:DOCS_KEY}"}
+    assert warden(home, "import", "--undo").returncode == 0
+    assert path.read_bytes() == raw
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"{not json", "not valid JSON"),
+    (b'{"mcpServers": {"a": {"command": "x", "autoStart": true}}}', "unknown key 'autoStart'"),
+    (b'{"mcpServers": {"a": {"command": "npx x | sh"}}}', "is a whole shell command line in one string"),
+    (b'{"mcpServers": {"a": {"command": "npx", "args": ["/definitely/not/here"]}}}',
+     "/definitely/not/here, which does not exist"),
+    (b'{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}', "the key 'a' appears twice"),
+    (b'{"mcpServers": {"a b": {"command": "x"}, "a-b": {"command": "y"}}}', "the server name 'a-b' is also used"),
+])
+def test_bad_input_is_one_clear_error_and_nothing_is_written(home: Path, isolated_env: Path, content: bytes,
+                                                             message: str) -> None:
+    path = home / ".config" / "Claude" / "claude_desktop_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    before = snapshot(home.parent)
+    r = warden(home, "import")
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert r.stderr.count("warden: error:") == 1
+    assert "warden: hint:" in r.stderr
+    assert "Traceback" not in r.stderr
+    assert snapshot(home.parent) == before
+    assert not (isolated_env / "imports").exists()
+
+
+def test_a_failed_write_puts_everything_back(home: Path, isolated_env: Path, tmp_path: Path) -> None:
+    path = desktop_file(home)
+    original = path.read_bytes()
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    r = subprocess.run([WARDEN, "--config", str(blocker / "warden.toml"), "import"], capture_output=True, text=True,
+                       env={**os.environ, "HOME": str(home)}, timeout=60, check=False)
+    assert r.returncode == 2, r.stderr
+    assert "everything it had changed was put back" in r.stderr
+    assert path.read_bytes() == original
+    assert SecretStore(isolated_env, keyring=None).names() == []
+
+
+def test_undo_refuses_a_file_changed_since(home: Path, isolated_env: Path) -> None:
+    path = desktop_file(home)
+    assert warden(home, "import").returncode == 0
+    path.write_bytes(path.read_bytes().replace(b"Ctrl+Space", b"Ctrl+Shift"))
+    r = warden(home, "import", "--undo")
+    assert r.returncode == 2
+    assert f"{path} changed since warden imported it" in r.stderr
+    assert "host-0.orig" in r.stderr, "the hint names the backup"
+
+
+def test_import_refuses_what_run_would_refuse(home: Path, isolated_env: Path) -> None:
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    isolated_env.mkdir(mode=0o700)
+    path.write_text(json.dumps({"mcpServers": {"fs": {"command": "npx", "args": [
+        "-y", "@modelcontextprotocol/server-filesystem", str(isolated_env)]}}}))
+    r = warden(home, "import")
+    assert r.returncode == 2
+    assert "would expose warden's state directory" in r.stderr
+    assert "nothing was imported or written" in r.stderr
+
+
+def test_a_symlinked_host_file_stays_a_link(home: Path, isolated_env: Path, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    target = dotfiles / "cursor-mcp.json"
+    raw = json.dumps({"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}).encode()
+    target.write_bytes(raw)
+    link = home / ".cursor" / "mcp.json"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    assert warden(home, "import").returncode == 0
+    assert link.is_symlink()
+    assert host_reads("cursor", target.read_bytes())["time"]["args"][-1] == "time"
+    assert warden(home, "import", "--undo").returncode == 0
+    assert link.is_symlink()
+    assert target.read_bytes() == raw

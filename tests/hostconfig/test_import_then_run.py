@@ -1,0 +1,81 @@
+"""Imported entries, then started exactly as the host starts the rewritten entry (its command, args and env only):
+a local server gets its env value from warden's secrets store inside the sandbox; a remote entry's header value,
+moved into the store, still reaches the server on every request (HTTP on 127.0.0.1). The host file, the argv and
+warden's log never hold either value."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import trio
+from mcp import Client, StdioServerParameters
+
+from tests.http_client.httpserver import Exchange, HttpServer
+from tests.http_client.mocks import ModernMock
+from tests.support import FIXTURES, PYTHON, WARDEN
+
+
+async def test_imported_local_entry_gets_its_env_value_from_the_secrets_store(trusting_config: Path,
+                                                                             tmp_path: Path) -> None:
+    secret = "tok-" + os.urandom(8).hex()
+    host_file = tmp_path / "claude_desktop_config.json"
+    host_file.write_text(json.dumps({"mcpServers": {"envy": {
+        "command": PYTHON, "args": [str(FIXTURES / "env_server.py")], "env": {"CANARY_TOKEN": secret}}}}))
+    imported = await trio.to_thread.run_sync(lambda: subprocess.run(
+        [WARDEN, "import", str(host_file)], capture_output=True, text=True, timeout=60, check=False))
+    assert imported.returncode == 0, imported.stderr
+    entry = json.loads(host_file.read_text())["mcpServers"]["envy"]
+    assert secret not in json.dumps(entry)
+    log = tmp_path / "w.log"
+    params = StdioServerParameters(command="sh", args=["-c", " ".join(["exec", entry["command"], *entry["args"],
+                                                                      f"2>>{log}"])],
+                                   env={"PATH": os.environ["PATH"]})
+    with trio.fail_after(60):
+        async with Client(params, mode="legacy") as client:
+            result = await client.call_tool("env_digest", {"name": "CANARY_TOKEN"})
+    assert result.content[0].text == hashlib.sha256(secret.encode()).hexdigest()  # type: ignore[union-attr]
+    assert secret not in log.read_text()
+
+
+async def test_imported_remote_entry_sends_its_header_from_the_secrets_store(trusting_config: Path,
+                                                                            tmp_path: Path) -> None:
+    secret = "tok-" + os.urandom(8).hex()
+    mock = ModernMock()
+
+    async def handler(ex: Exchange) -> None:
+        if ex.request.header("authorization") != f"Bearer {secret}":
+            await ex.respond(401, b"unauthorized", content_type="text/plain")
+            return
+        await mock(ex)
+
+    server = HttpServer(handler)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(server.serve)
+        host_file = tmp_path / ".mcp.json"
+        host_file.write_text(json.dumps({"mcpServers": {"remote": {
+            "type": "http", "url": server.url(), "headers": {"Authorization": f"Bearer {secret}"}}}}))
+        imported = await trio.to_thread.run_sync(lambda: subprocess.run(
+            [WARDEN, "import", str(host_file)], capture_output=True, text=True, timeout=60, check=False))
+        assert imported.returncode == 0, imported.stderr
+        assert secret not in imported.stdout + imported.stderr
+        assert secret not in host_file.read_text()
+        entry = json.loads(host_file.read_text())["mcpServers"]["remote"]
+        assert secret not in " ".join(entry["args"])
+        log = tmp_path / "w.log"
+        params = StdioServerParameters(
+            command="sh", args=["-c", " ".join(["exec", entry["command"], *entry["args"], f"2>>{log}"])],
+            env={"PATH": os.environ["PATH"], **entry.get("env", {})})  # the host's env only: no WARDEN_* needed
+        with trio.fail_after(60):
+            async with Client(params, mode="auto") as client:
+                tools = await client.list_tools()
+                assert "echo" in [t.name for t in tools.tools]
+                result = await client.call_tool("echo", {"text": "x"})
+                assert not result.is_error
+        nursery.cancel_scope.cancel()
+    assert server.seen
+    assert all(s.header("authorization") == f"Bearer {secret}" for s in server.seen)
+    assert secret not in log.read_text()

@@ -1,0 +1,92 @@
+"""Intake through the real ``warden`` command: ``warden run`` takes an npx package in on first start (an audit
+record names it), ``warden update`` shows the diff, and the server then waits for approval."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.intake.conftest import NpmRegistry, client_caches, markers
+from tests.intake.test_npm_intake import publish
+from tests.support import WARDEN, RawHost, through_warden, write_config
+
+
+def warden(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARDEN, *args], capture_output=True, text=True, timeout=300, env=env, check=False)
+
+
+def audit_records(env: dict[str, str]) -> list[dict[str, Any]]:
+    out = warden("audit", "show", "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+async def list_tools(argv: list[str], name: str, env: dict[str, str]) -> tuple[list[str], str]:
+    host = await RawHost.start(through_warden(argv, "--name", name), stderr=subprocess.PIPE, env=env)
+    await host.initialize()
+    await host.request("list", "tools/list")
+    answer = await host.response("list", timeout=120)
+    assert await host.close() == 0
+    stderr = (await host.process.stderr.receive_some(1 << 20)).decode() if host.process.stderr else ""
+    result = answer["result"]
+    assert isinstance(result, dict)
+    return [tool["name"] for tool in result["tools"]], stderr
+
+
+async def test_run_takes_the_package_in_and_update_makes_the_server_wait_for_approval(
+        npm_registry: NpmRegistry, tmp_path: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    write_config(tmp_path)
+    env = {**os.environ, **host_env}
+    argv = ["npx", "-y", name]
+    tools, stderr = await list_tools(argv, "fx", env)
+    assert tools == ["markers"]
+    assert f"fetching {name}@latest into warden's package store (none of its code runs)" in stderr
+    assert markers(fresh_home) == []
+    assert client_caches(fresh_home) == []
+    intake = [r for r in audit_records(env) if r["event"] == "package.intake"]
+    assert len(intake) == 1
+    assert intake[0]["package"]["name"] == name
+    assert intake[0]["package"]["version"] == "1.0.0"
+    assert intake[0]["package"]["integrity"].startswith("sha512-")
+    assert intake[0]["consent"] == "policy"
+    assert intake[0]["server_name"] == "fx"
+    # A second start fetches nothing.
+    again = warden("intake", "--name", "fx", "--", *argv, env=env)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.startswith(f"already in warden's store: npm {name} 1.0.0 (sha512-")
+
+    publish(npm_registry, tmp_path, name, "1.1.0", install_script=False, filler="\n// 1.1.0\n")
+    updated = warden("update", name, env=env)
+    assert updated.returncode == 0, updated.stderr
+    assert updated.stdout.splitlines()[0] == f"{name}: 1.0.0 -> 1.1.0"
+    assert "waits for approval" in updated.stdout
+    records = [r for r in audit_records(env) if r["event"] == "package.updated"]
+    assert [(r["package"]["previous_version"], r["package"]["version"], r["consent"]) for r in records] == [
+        ("1.0.0", "1.1.0", "terminal")]
+    tools, _ = await list_tools(argv, "fx", env)
+    assert tools == []  # the launch identity changed: nothing is listed until a human approves it
+    pins = warden("pins", "list", "fx", env=env)
+    assert "changed" in pins.stdout.lower() or "pending" in pins.stdout.lower(), pins.stdout
+    verify = warden("update", name, "--verify", env=env)
+    assert verify.returncode == 0
+    assert verify.stdout == f"{name} 1.1.0: intact\n"
+
+
+def test_intake_of_a_command_that_runs_no_package_is_refused_in_one_line(host_env: dict[str, str]) -> None:
+    out = warden("intake", "--", "node", "server.js", env={**os.environ, **host_env})
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[0] == ("warden: error: server: node server.js is not an npx, uvx or pipx run "
+                                          "command, so there is no package to fetch")
+
+
+def test_no_message_in_warden_advises_running_anything_outside_it() -> None:
+    """Acceptance (issue 10): `grep -rn "outside warden\\|--help. once" warden/` finds no such advice."""
+    root = Path(__file__).resolve().parents[2] / "warden"
+    done = subprocess.run(["grep", "-rnE", r"outside warden|--help. once|once outside", str(root)],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 1, done.stdout

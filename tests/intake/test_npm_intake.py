@@ -1,0 +1,218 @@
+"""npm intake against a local verdaccio: nothing of the package runs on the host, integrity and age are enforced,
+"latest" stays pinned until ``warden update``, and the sandbox runs exactly the pinned entry."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.intake.conftest import NpmRegistry, client_caches, free_port, markers
+from tests.intake.packages import MARKER_PREFIX, npm_package
+from tests.sandbox.mcp import McpSession, mcp_session
+from warden.errors import IntakeError, LaunchError
+from warden.intake import IntakePolicy, Store, parse_runner, take_in, update
+from warden.launcher import LaunchSpec
+from warden.sandbox import SandboxSettings, make_launcher
+
+SANDBOXED = IntakePolicy(install_scripts="sandboxed")
+
+
+def publish(registry: NpmRegistry, tmp_path: Path, name: str, version: str, *, old: bool = True,
+            **options: object) -> Path:
+    directory = npm_package(tmp_path / f"src-{name}-{version}", name, version, **options)  # type: ignore[arg-type]
+    registry.publish(directory)
+    if old:
+        registry.backdate(name, version)
+    return directory
+
+
+def store_entries(state_dir: Path) -> list[str]:
+    directory = state_dir / "store" / "npm"
+    return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+
+
+async def markers_in_sandbox(state_dir: Path, env: dict[str, str], argv: tuple[str, ...]) -> dict[str, object]:
+    launcher = make_launcher(SandboxSettings(), state_dir=state_dir, host_env=env)
+    async with mcp_session(launcher, LaunchSpec(argv=argv, cwd="/")) as session:
+        tools = await session.request("tools/list")
+        assert [t["name"] for t in tools["tools"]] == ["markers"]
+        answer: dict[str, object] = json.loads(McpSession.text(await session.call_tool("markers", {})))
+    return answer
+
+
+async def test_intake_runs_no_package_code_and_the_sandbox_runs_the_pinned_entry(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        fresh_home: Path) -> None:
+    """Acceptance (issue 10, "Intake without execution, proven", npm): the fixture's install script and its module
+    import both write a marker. After intake no marker exists on the host and npx's cache is empty; the install
+    script ran only in the intake sandbox; a sandboxed run writes the import marker inside the sandbox only."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0")
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    result = await trio.to_thread.run_sync(
+        lambda: take_in(request, state_dir=state_dir, env=host_env, policy=SANDBOXED))
+    record = result.record
+    assert (record.name, record.version, record.install_scripts, record.scripts_ran) == (name, "1.0.0", [name], True)
+    assert record.integrity.startswith("sha512-")
+    assert markers(fresh_home) == []
+    assert client_caches(fresh_home) == []
+    inside = await markers_in_sandbox(state_dir, host_env, ("npx", "-y", name))
+    assert inside["markers"] == [f"{MARKER_PREFIX}import-npm"]
+    assert str(inside["home"]) != str(fresh_home)
+    assert markers(fresh_home) == []
+    assert client_caches(fresh_home) == []
+
+
+def test_install_scripts_are_refused_by_name_unless_policy_sandboxes_them(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        fresh_home: Path) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0")
+    request = parse_runner(["npx", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=f"{name}@1.0.0 needs install scripts of {name}, and policy does not let "
+                                          "them run") as info:
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert info.value.hint is not None
+    assert 'install_scripts = "sandboxed"' in info.value.hint
+    assert store_entries(state_dir) == []
+    assert Store(state_dir).index() == {}
+    assert markers(fresh_home) == []
+
+
+def test_a_version_younger_than_the_gate_is_refused_naming_version_time_and_setting(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", old=False, install_script=False)
+    for argv in (["npx", "-y", name], ["npx", "-y", f"{name}@1.0.0"]):
+        request = parse_runner(argv)
+        assert request is not None
+        with pytest.raises(IntakeError, match=rf"{name} 1\.0\.0 was published 20\d\d-\d\d-\d\dT[\d:]+Z \(0\.\d h "
+                                              r"ago\), younger than the release-age gate of 72 h "
+                                              r"\(built-in default \(release_age_hours\)\)"):
+            take_in(request, state_dir=state_dir, env=host_env)
+    assert store_entries(state_dir) == []
+    # The gate is the policy's: with it lowered, the same version is taken.
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    result = take_in(request, state_dir=state_dir, env=host_env, policy=IntakePolicy(release_age_hours=0))
+    assert result.record.version == "1.0.0"
+
+
+def test_latest_stays_pinned_until_update_which_shows_the_diff(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    dep = npm_registry.unique("warden-fixture-dep")
+    publish(npm_registry, tmp_path, dep, "2.0.0", install_script=False)
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    request = parse_runner(["npx", "-y", name, "--flag"])
+    assert request is not None
+    first = take_in(request, state_dir=state_dir, env=host_env)
+    publish(npm_registry, tmp_path, name, "1.1.0", dependencies={dep: "2.0.0"})
+    again = take_in(request, state_dir=state_dir, env=host_env, policy=SANDBOXED)
+    assert (again.fetched, again.record) == (False, first.record)
+    result, diff = update(request, state_dir=state_dir, env=host_env, policy=SANDBOXED)
+    assert result.fetched
+    assert (diff.old_version, diff.new_version, diff.added) == ("1.0.0", "1.1.0", {dep: "2.0.0"})
+    assert diff.new_install_scripts == (name,)
+    assert diff.lines() == [f"{name}: 1.0.0 -> 1.1.0", f"  + {dep} 2.0.0", f"  ! new install script: {name}"]
+    assert Store(state_dir).lookup(request) == result.record
+    assert result.record.manifest() != first.record.manifest()
+
+
+def _repack(directory: Path, out: Path) -> dict[str, str]:
+    done = subprocess.run(["npm", "pack", str(directory), "--json", "--pack-destination", str(out)],
+                          capture_output=True, text=True, check=True, timeout=60)
+    packed: dict[str, str] = json.loads(done.stdout)[0]
+    return packed
+
+
+def test_a_version_republished_with_other_bytes_is_refused_and_the_pin_stays(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    source = publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    pinned = take_in(request, state_dir=state_dir, env=host_env).record
+    # The registry now serves other bytes under the same version number, with a matching packument.
+    (source / "server.js").write_text((source / "server.js").read_text() + "\n// changed\n")
+    packed = _repack(source, tmp_path)
+    shutil.copyfile(tmp_path / packed["filename"], npm_registry.storage / name / f"{name}-1.0.0.tgz")
+    packument = json.loads(npm_registry.packument_path(name).read_text())
+    packument["versions"]["1.0.0"]["dist"].update({"integrity": packed["integrity"], "shasum": packed["shasum"]})
+    npm_registry.packument_path(name).write_text(json.dumps(packument))
+    with pytest.raises(IntakeError, match=rf"{name}@1\.0\.0 was republished with other bytes: the registry's "
+                                          rf"integrity is now {re.escape(packed['integrity'])}, warden pinned "
+                                          rf"{re.escape(pinned.integrity)} at intake"):
+        update(request, state_dir=state_dir, env=host_env)
+    assert Store(state_dir).lookup(request) == pinned
+    assert len(store_entries(state_dir)) == 1
+
+
+def test_a_tarball_whose_hash_differs_from_the_packument_is_refused(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = npm_registry.unique("warden-fixture-server")
+    source = publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    (source / "server.js").write_text((source / "server.js").read_text() + "\n// altered in transit\n")
+    packed = _repack(source, tmp_path)
+    shutil.copyfile(tmp_path / packed["filename"], npm_registry.storage / name / f"{name}-1.0.0.tgz")
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=rf"a tarball of {name}@1\.0\.0 does not match the integrity the registry "
+                                          "publishes for it"):
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert store_entries(state_dir) == []
+
+
+def test_a_package_that_does_not_exist_is_named(state_dir: Path, host_env: dict[str, str]) -> None:
+    request = parse_runner(["npx", "-y", "warden-no-such-package"])
+    assert request is not None
+    with pytest.raises(IntakeError, match="the npm registry has no package 'warden-no-such-package'") as info:
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert info.value.hint == "check the package name; for a private registry, check ~/.npmrc"
+
+
+def test_a_registry_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    (fresh_home / ".npmrc").write_text(f"registry=http://127.0.0.1:{free_port()}/\nfetch-retries=0\n")
+    request = parse_runner(["npx", "-y", "warden-fixture-server"])
+    assert request is not None
+    with pytest.raises(IntakeError, match=r"the npm registry could not be reached to look up warden-fixture-server: "
+                                          r".*ECONNREFUSED"):
+        take_in(request, state_dir=state_dir, env=host_env)
+
+
+async def test_a_command_whose_package_was_never_taken_in_is_refused_with_the_intake_command(
+        state_dir: Path, host_env: dict[str, str], tmp_path: Path) -> None:
+    """covers issue 10 item 1: the old message told the user to run the server outside warden."""
+    # A package that npx would have found in the working directory's node_modules is not used: only the store is.
+    installed = tmp_path / "app" / "node_modules" / "some-server"
+    installed.mkdir(parents=True)
+    (installed / "package.json").write_text(json.dumps({"name": "some-server", "version": "1.0.0", "bin": "x.js"}))
+    (installed / "x.js").write_text("console.log(1)\n")
+    launcher = make_launcher(SandboxSettings(), state_dir=state_dir, host_env=host_env)
+    with pytest.raises(LaunchError, match="npx package 'some-server@latest' has not been taken into warden's package "
+                                          "store yet") as info:
+        await launcher.launch(LaunchSpec(argv=("npx", "-y", "some-server"), cwd=str(tmp_path / "app")))
+    assert info.value.hint == "let warden fetch it (no package code runs): warden intake -- npx -y some-server"
+
+
+def test_an_install_script_that_links_out_of_its_package_is_refused(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    """Attack: a sandboxed install script replaces the package's program with a link to a host directory, which
+    the runtime detection would otherwise follow on the host and bind into the server's sandbox."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0",
+            install_command="node -e \"const fs=require('fs'); fs.rmSync('server.js'); "
+                            "fs.symlinkSync('/root', 'server.js')\"")
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=r"the package tree links 'node_modules/.*' to .*, outside the package"):
+        take_in(request, state_dir=state_dir, env=host_env, policy=SANDBOXED)
+    assert store_entries(state_dir) == []

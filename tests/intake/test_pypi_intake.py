@@ -1,0 +1,147 @@
+"""PyPI intake with uv against a local static index: wheels only, hashes and age enforced, nothing of the package
+runs on the host, the environment is byte-compiled, and the sandbox runs exactly the pinned entry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.intake.conftest import PypiIndex, client_caches, free_port, markers
+from tests.intake.packages import MARKER_PREFIX, sdist, wheel
+from tests.sandbox.mcp import McpSession, mcp_session
+from warden.errors import IntakeError
+from warden.intake import IntakePolicy, Store, parse_runner, take_in, update
+from warden.launcher import LaunchSpec
+from warden.sandbox import SandboxSettings, make_launcher
+
+NOW = datetime.now(UTC)
+
+
+def add_wheel(index: PypiIndex, name: str, version: str, *, uploaded: datetime | None = None,
+              requires: tuple[str, ...] = ()) -> None:
+    filename, data = wheel(name, version, requires=requires)
+    index.add(name, filename, data, **({"uploaded": uploaded} if uploaded else {}))
+
+
+async def test_intake_runs_no_package_code_and_the_sandbox_runs_the_byte_compiled_entry(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    """Acceptance (issue 10, "Intake without execution, proven", PyPI): the wheel's module writes a marker when
+    imported. After intake no marker exists on the host and uv's caches in HOME are empty; the sandboxed server
+    imports it from the byte-compiled entry and writes the marker inside the sandbox only."""
+    name = pypi_index.unique("warden-fixture-py")
+    add_wheel(pypi_index, name, "1.0.0")
+    request = parse_runner(["uvx", name])
+    assert request is not None
+    record = (await trio.to_thread.run_sync(lambda: take_in(request, state_dir=state_dir, env=host_env))).record
+    assert (record.ecosystem, record.name, record.version, record.install_scripts) == ("pypi", name, "1.0.0", [])
+    assert record.integrity == "sha256:" + pypi_index.file(wheel(name, "1.0.0")[0]).sha256
+    assert record.programs == {name: f"bin/{name}"}
+    assert markers(fresh_home) == []
+    assert client_caches(fresh_home) == []
+    entry = Store(state_dir).entry_path(record)
+    module = name.replace("-", "_")
+    assert list((entry / "lib").glob(f"python3*/site-packages/{module}/__pycache__/__init__.cpython-*.pyc"))
+    launcher = make_launcher(SandboxSettings(), state_dir=state_dir, host_env=host_env)
+    async with mcp_session(launcher, LaunchSpec(argv=("uvx", name), cwd="/")) as session:
+        inside = json.loads(McpSession.text(await session.call_tool("markers", {})))
+    assert inside["markers"] == [f"{MARKER_PREFIX}import-py"]
+    assert markers(fresh_home) == []
+    assert client_caches(fresh_home) == []
+
+
+def test_the_gate_picks_an_old_enough_version_and_refuses_a_young_one_by_name(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = pypi_index.unique("warden-fixture-py")
+    dep = pypi_index.unique("warden-fixture-dep")
+    add_wheel(pypi_index, dep, "3.0.0")
+    add_wheel(pypi_index, name, "1.0.0")
+    add_wheel(pypi_index, name, "1.1.0", uploaded=NOW - timedelta(hours=2), requires=(f"{dep}==3.0.0",))
+    latest = parse_runner(["uvx", name])
+    assert latest is not None
+    first = take_in(latest, state_dir=state_dir, env=host_env)
+    assert first.record.version == "1.0.0"
+    young = parse_runner(["uvx", f"{name}@1.1.0"])
+    assert young is not None
+    with pytest.raises(IntakeError, match=rf"{name} 1\.1\.0 was published 20[\d:T-]+Z \(2\.\d h ago\), younger than "
+                                          r"the release-age gate of 72 h \(built-in default \(release_age_hours\)\)"):
+        take_in(young, state_dir=state_dir, env=host_env)
+    result, diff = update(latest, state_dir=state_dir, env=host_env, policy=IntakePolicy(release_age_hours=1))
+    assert (diff.old_version, diff.new_version, diff.added, diff.removed) == ("1.0.0", "1.1.0", {dep: "3.0.0"}, {})
+    assert Store(state_dir).lookup(latest) == result.record
+
+
+def test_an_sdist_is_refused_with_the_package_name_and_never_built(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    name = pypi_index.unique("warden-fixture-sdist")
+    filename, data = sdist(name, "1.0.0")
+    pypi_index.add(name, filename, data)
+    request = parse_runner(["uvx", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=rf"{name} has no wheel for this platform \(only a source distribution\), "
+                                          "and warden does not build packages on the host"):
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert markers(fresh_home) == []
+    assert Store(state_dir).index() == {}
+
+
+def test_a_wheel_whose_bytes_differ_from_the_index_hash_is_refused(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = pypi_index.unique("warden-fixture-py")
+    add_wheel(pypi_index, name, "1.0.0")
+    served = pypi_index.file(wheel(name, "1.0.0")[0])
+    served.data = wheel(name, "1.0.0", filler="\n# altered in transit\n")[1]  # a valid wheel, another hash
+    request = parse_runner(["uvx", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=rf"a wheel of {name} 1\.0\.0 \(or of a dependency\) does not match the "
+                                          "sha256 the index publishes"):
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert Store(state_dir).index() == {}
+    assert not list((state_dir / "store" / "pypi").iterdir())
+
+
+def test_a_version_republished_with_other_bytes_is_refused_and_the_pin_stays(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str]) -> None:
+    name = pypi_index.unique("warden-fixture-py")
+    add_wheel(pypi_index, name, "1.0.0")
+    request = parse_runner(["uvx", name])
+    assert request is not None
+    pinned = take_in(request, state_dir=state_dir, env=host_env).record
+    served = pypi_index.file(wheel(name, "1.0.0")[0])
+    served.data = wheel(name, "1.0.0", filler="\n# republished\n")[1]
+    served.sha256 = hashlib.sha256(served.data).hexdigest()
+    with pytest.raises(IntakeError, match=rf"{name} 1\.0\.0 was republished with other bytes: the index's hashes are "
+                                          rf"now sha256:{served.sha256}, warden pinned {pinned.integrity}"):
+        update(request, state_dir=state_dir, env=host_env)
+    assert Store(state_dir).lookup(request) == pinned
+
+
+def test_a_package_the_index_does_not_have_is_named(state_dir: Path, host_env: dict[str, str]) -> None:
+    request = parse_runner(["uvx", "warden-no-such-package"])
+    assert request is not None
+    with pytest.raises(IntakeError, match="the package index has no package 'warden-no-such-package'"):
+        take_in(request, state_dir=state_dir, env=host_env)
+
+
+def test_an_index_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    (fresh_home / ".config" / "uv" / "uv.toml").write_text(f'index-url = "http://127.0.0.1:{free_port()}/simple/"\n')
+    request = parse_runner(["uvx", "warden-fixture-py"])
+    assert request is not None
+    with pytest.raises(IntakeError, match=r"the package index could not be reached to resolve warden-fixture-py: "):
+        take_in(request, state_dir=state_dir, env={**host_env, "UV_HTTP_RETRIES": "0"})
+
+
+def test_pipx_run_honours_the_users_pip_configuration(
+        pypi_index: PypiIndex, state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    name = pypi_index.unique("warden-fixture-py")
+    add_wheel(pypi_index, name, "1.0.0")
+    (fresh_home / ".config" / "uv" / "uv.toml").unlink()
+    (fresh_home / ".config" / "pip").mkdir(parents=True)
+    (fresh_home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nindex-url = {pypi_index.url}simple/\n")
+    request = parse_runner(["pipx", "run", name])
+    assert request is not None
+    assert take_in(request, state_dir=state_dir, env=host_env).record.version == "1.0.0"

@@ -1,0 +1,63 @@
+"""The one escaping function per medium (invariant 12): printable text passes unchanged; nothing a terminal or a
+browser would act on, or would hide, ever comes out."""
+
+from __future__ import annotations
+
+import html
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from warden.escape import char_class, for_html, for_terminal
+
+
+def _printable(text: str) -> bool:
+    return all(char_class(ch) is None for ch in text)
+
+
+@given(st.text())
+def test_terminal_output_has_no_flagged_character(text: str) -> None:
+    out = for_terminal(text)
+    assert _printable(out)
+    assert out.isascii() or all(ch in text for ch in out if not ch.isascii())
+
+
+@given(st.text().filter(_printable))
+def test_printable_text_round_trips_unchanged(text: str) -> None:
+    assert for_terminal(text) == text
+    assert html.unescape(for_html(text)) == text
+
+
+@given(st.text())
+def test_html_output_has_no_markup_and_no_flagged_character(text: str) -> None:
+    out = for_html(text)
+    assert not set(out) & set("<>\"'")
+    assert all(char_class(ch) is None or ch == "\n" for ch in out)
+
+
+@pytest.mark.parametrize(("raw", "shown"), [
+    ("nl\nFORGED_LINE [approved]", "nl\\nFORGED_LINE [approved]"),
+    ("\x1b[2K\x1b[1Gok", "\\x1b[2K\\x1b[1Gok"),
+    ("\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\", "\\x1b]8;;https://evil.example/\\x1b\\click\\x1b]8;;\\x1b\\"),
+    ("abc\u202edef", "abc<U+202E>def"),
+    ("zero\u200bwidth", "zero<U+200B>width"),
+    ("tag\U000e0041", "tag<U+E0041>"),
+    ("del\x7f c1\x9b", "del\\x7f c1\\x9b"),
+    ("tab\tcr\r", "tab\\tcr\\r"),
+    ("trailing\u00a0", "trailing<U+00A0>"),
+    ("lone\udc80", "lone<U+DC80>"),
+    ("C:\\path <b> & é 日本 🙂", "C:\\path <b> & é 日本 🙂"),
+])
+def test_terminal_forms(raw: str, shown: str) -> None:
+    assert for_terminal(raw) == shown
+
+
+def test_keep_newlines_keeps_only_newlines() -> None:
+    assert for_terminal("a\nb\x1bc", keep_newlines=True) == "a\nb\\x1bc"
+
+
+def test_html_escapes_markup_after_control_escaping() -> None:
+    assert for_html('<script>alert("x")</script>\x1b[31m') == \
+        "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;\\x1b[31m"
+    assert for_html("rlo\u202e") == "rlo&lt;U+202E&gt;"

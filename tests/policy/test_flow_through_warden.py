@@ -1,0 +1,170 @@
+"""Issue 17 item 1 through ``warden run``: a fetch-like source taints the host session, an email-like sink in the
+same session is refused naming the source call, the audit log links the two, a fresh host session is clean, and
+only a human (``warden flow clear``) clears the taint."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support import PYTHON, WARDEN, RawHost, through_warden, write_config
+
+FLOW_SERVER = [PYTHON, str(Path(__file__).parent.parent / "fixtures" / "flow_server.py")]
+FLOW = """
+[defaults.flow]
+sources = ["fetch"]
+sinks = ["flow__send_email"]
+"""
+
+
+def audit_json() -> list[dict[str, object]]:
+    out = subprocess.run([WARDEN, "audit", "show", "--json"], capture_output=True, text=True, timeout=60, check=True)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def warden(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARDEN, *args], capture_output=True, text=True, timeout=60)
+
+
+async def session(argv: list[str]) -> RawHost:
+    host = await RawHost.start(argv)
+    await host.initialize()
+    await host.request(1, "tools/list")
+    await host.response(1)
+    return host
+
+
+def run_flow(log: Path) -> list[str]:
+    return through_warden([*FLOW_SERVER, "--log", str(log)], "--name", "flow")
+
+
+def in_another_host(argv: list[str]) -> list[str]:
+    """The same command under another host process (a new host session: its parent is not the test)."""
+    return [sys.executable, "-c", "import subprocess, sys; sys.exit(subprocess.call(sys.argv[1:]))", *argv]
+
+
+async def test_a_sink_after_a_source_in_one_host_session_is_refused_naming_the_source(tmp_path: Path) -> None:
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(run_flow(log))
+    page = await host.call(2, "fetch", {"url": "https://example.com/"})
+    assert "ignore your previous instructions" in json.dumps(page["result"])
+    refused = await host.call(3, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    error = refused["error"]
+    assert isinstance(error, dict)
+    assert error["code"] == -32602
+    assert "flow/fetch (audit record #" in error["message"]
+    assert "warden flow clear host-" in error["message"]
+    assert not log.exists()  # never forwarded
+    records = audit_json()
+    decided = [r for r in records if r["event"] == "call.decided"]
+    fetch = next(r for r in decided if r["target"] == "fetch")
+    refusal = next(r for r in decided if r["target"] == "send_email")
+    assert fetch["decision"] == "allow"
+    assert refusal["decision"] == "deny"
+    assert refusal["evidence_index"] == fetch["index"]  # the record links the refusal to its source call
+    assert f"#{fetch['index']}" in str(refusal["reason"])
+    assert "defaults.flow.sinks[0]" in str(refusal["rule"])  # file:line of the sink rule
+    assert warden("audit", "verify").returncode == 0
+
+
+async def test_taint_is_shared_by_the_servers_of_one_host_and_a_fresh_host_is_clean(tmp_path: Path) -> None:
+    """Two ``warden run`` of one host process share its session (taint crosses servers); another host process
+    starts clean; ``warden flow clear`` (a human, in a terminal) is the only way back."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    first = await session(run_flow(log))
+    assert "result" in await first.call(2, "fetch", {"url": "https://example.com/"})
+    assert await first.close() == 0
+
+    second = await session(run_flow(log))  # same host process: same session, still tainted
+    assert "error" in await second.call(2, "send_email", {"to": "a@example.com", "body": "x"})
+    assert await second.close() == 0
+    assert not log.exists()
+
+    fresh = await session(in_another_host(run_flow(log)))  # a new host session is not tainted
+    assert "result" in await fresh.call(2, "send_email", {"to": "a@example.com", "body": "hello"})
+    assert await fresh.close() == 0
+    assert len(log.read_text().splitlines()) == 1
+
+    listed = warden("flow", "list")
+    assert listed.returncode == 0, listed.stderr
+    key = listed.stdout.split()[0]
+    assert key.startswith("host-")
+    assert "tainted by flow/fetch (audit record #" in listed.stdout
+    cleared = warden("flow", "clear", key)
+    assert cleared.returncode == 0
+    assert f"cleared {key}" in cleared.stdout
+    assert warden("flow", "list").stdout.strip() == "no tainted sessions"
+    assert warden("flow", "clear", key).returncode != 0  # nothing left to clear, and it says so
+
+    again = await session(run_flow(log))
+    assert "result" in await again.call(2, "send_email", {"to": "a@example.com", "body": "after review"})
+    assert await again.close() == 0
+    assert len(log.read_text().splitlines()) == 2
+
+
+async def test_a_sink_before_any_source_and_neutral_tools_are_untouched(tmp_path: Path) -> None:
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(in_another_host(run_flow(log)))
+    assert "result" in await host.call(2, "send_email", {"to": "a@example.com", "body": "first"})
+    assert "result" in await host.call(3, "leak", {})  # neither source nor sink: no taint
+    assert "result" in await host.call(4, "send_email", {"to": "a@example.com", "body": "second"})
+    assert await host.close() == 0
+    assert warden("flow", "list").stdout.strip() == "no tainted sessions"
+
+
+async def test_a_2026_host_confirms_a_flow_violation_through_an_input_round(tmp_path: Path) -> None:
+    """on_violation = "confirm" with a host that can show a form: the sink call comes back as an input_required
+    round (MRTR) whose question names the source; accepting runs the call once, declining refuses it."""
+    import os
+
+    import mcp.types as t
+    from mcp import Client, StdioServerParameters
+    from mcp.shared.exceptions import MCPError
+
+    write_config(tmp_path, extra=FLOW + 'on_violation = "confirm"\n')
+    log = tmp_path / "sent.jsonl"
+    asked: list[str] = []
+    answers = iter(["accept", "decline"])
+
+    async def answer(context: object, request: t.ElicitRequestParams) -> t.ElicitResult:
+        asked.append(request.message)
+        action = next(answers)
+        return t.ElicitResult(action=action, content={"confirm": True} if action == "accept" else None)
+
+    argv = run_flow(log)
+    env = {k: os.environ[k] for k in ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "XDG_STATE_HOME", "XDG_CONFIG_HOME")
+           if k in os.environ}
+    async with Client(StdioServerParameters(command=argv[0], args=argv[1:], env=env), mode="auto",
+                      elicitation_callback=answer) as client:
+        assert client.protocol_version == "2026-07-28"
+        await client.call_tool("fetch", {"url": "https://example.com/"})
+        sent = await client.call_tool("send_email", {"to": "a@example.com", "body": "ok"})
+        with pytest.raises(MCPError, match="the user did not confirm the call to 'send_email'"):
+            await client.call_tool("send_email", {"to": "a@example.com", "body": "again"})
+    assert sent.content[0].text == "sent"  # type: ignore[union-attr]
+    assert len(asked) == 2
+    assert "Tool: send_email" in asked[0]
+    assert "Why: tool 'send_email' can send data out (a flow sink)" in asked[0]
+    assert "untrusted content from flow/fetch (audit record #" in asked[0]
+    assert len(log.read_text().splitlines()) == 1
+
+
+async def test_sessions_of_ended_hosts_are_listed_as_such_and_cleared_on_request(tmp_path: Path) -> None:
+    write_config(tmp_path, extra=FLOW)
+    host = await session(in_another_host(run_flow(tmp_path / "sent.jsonl")))
+    assert "result" in await host.call(2, "fetch", {"url": "https://example.com/"})
+    assert await host.close() == 0  # the wrapper (the host process of that session) has exited
+    listed = warden("flow", "list").stdout
+    assert listed.splitlines()[0].endswith("(rawhost 1) [host ended]")
+    cleared = warden("flow", "clear", "--ended")
+    assert cleared.returncode == 0
+    assert cleared.stdout.startswith("cleared host-")
+    assert warden("flow", "list").stdout.strip() == "no tainted sessions"

@@ -1,0 +1,113 @@
+"""The gateway and upstream in process (``tests.gateway_harness``), on trio's MockClock: deadlines, progress and
+cancellation proved without a subprocess or a real sleep."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+
+from tests.gateway_harness import ScriptedServer, gateway_in_process, legacy_server
+from warden.upstream.connection import UpstreamOptions
+
+pytestmark = pytest.mark.trio
+
+
+@pytest.fixture
+def autojump_clock() -> trio.testing.MockClock:
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+async def silent(server: ScriptedServer) -> None:
+    """Take the call and never answer it."""
+
+
+async def test_MS04_a_call_the_server_never_answers_times_out_and_is_cancelled_upstream(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """50 s of virtual time pass in no real time: the host gets -32001, the server notifications/cancelled for
+    warden's id (never the host's), and a late answer is dropped (MS09)."""
+    options = UpstreamOptions(request_timeout=50.0)
+    async with gateway_in_process(tmp_path, lambda s: legacy_server(s, on_call=silent), options=options) as (
+            host, connector):
+        await host.initialize()
+        await host.request("call-1", "tools/call", {"name": "hang", "arguments": {}})
+        answer = await host.response("call-1")
+        assert answer["error"]["code"] == -32001
+        server = connector.connections[-1].server
+        at, call = next((t, m) for t, m in zip(server.seen_at, server.seen, strict=True)
+                        if m.get("method") == "tools/call" and m["params"]["name"] == "hang")
+        assert trio.current_time() - at == pytest.approx(50.0, abs=0.5)
+        while not any(m.get("method") == "notifications/cancelled" for m in server.seen):
+            await trio.sleep(1)
+        cancel = next(m for m in server.seen if m.get("method") == "notifications/cancelled")
+        assert cancel["params"]["requestId"] == call["id"] != "call-1"
+        await server.answer(call, {"content": []})  # too late: dropped, never routed to the host
+        await host.request(2, "tools/call", {"name": "echo", "arguments": {}})
+        assert (await host.response(2))["result"]["content"][0]["text"] == "echo"
+        assert not [m for m in host.seen if m.get("id") == call["id"]]
+
+
+async def test_MS05_MS06_progress_extends_a_deadline_but_not_past_the_maximum(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    options = UpstreamOptions(request_timeout=10.0, max_request_time=35.0)
+
+    async def progressing(server: ScriptedServer) -> None:
+        call = server.seen[-1]
+        token = call["params"]["_meta"]["progressToken"]
+        for n in range(100):  # progress every 5 s, forever: only the hard maximum ends it
+            await trio.sleep(5)
+            await server.send({"method": "notifications/progress", "params": {"progressToken": token,
+                                                                             "progress": n}})
+
+    async with gateway_in_process(tmp_path, lambda s: legacy_server(s, on_call=progressing), options=options) as (
+            host, connector):
+        await host.initialize()
+        await host.request(1, "tools/call", {"name": "hang", "arguments": {}, "_meta": {"progressToken": "p"}})
+        answer = await host.response(1)
+        assert answer["error"]["code"] == -32001
+        server = connector.connections[-1].server
+        at = next(t for t, m in zip(server.seen_at, server.seen, strict=True) if m.get("method") == "tools/call")
+        assert trio.current_time() - at == pytest.approx(35.0, abs=0.5)  # not 10 (progress), not forever
+        relayed = [m for m in host.seen if m.get("method") == "notifications/progress"]
+        assert relayed
+        assert all(m["params"]["progressToken"] == "p" for m in relayed)  # the host's own token
+
+
+async def test_PX19_a_host_cancel_cancels_upstream_and_the_host_gets_no_answer(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    async with gateway_in_process(tmp_path, lambda s: legacy_server(s, on_call=silent)) as (host, connector):
+        await host.initialize()
+        await host.request(7, "tools/call", {"name": "hang", "arguments": {}})
+        server = connector.connections[-1].server
+        while not any(m.get("method") == "tools/call" and m["params"]["name"] == "hang" for m in server.seen):
+            await trio.sleep(0.1)
+        await host.notify("notifications/cancelled", {"requestId": 7, "reason": "user"})
+        while not any(m.get("method") == "notifications/cancelled" for m in server.seen):
+            await trio.sleep(0.1)
+        await host.request(8, "ping")
+        await host.response(8)
+        assert not [m for m in host.seen if m.get("id") == 7]
+
+
+async def test_LC09_initialize_that_never_answers_is_not_cancelled(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """The server takes initialize and says nothing: after the handshake timeout warden closes the connection and
+    starts another; no notifications/cancelled is ever sent for initialize."""
+    async def mute(server: ScriptedServer) -> None:
+        while (message := await server.receive()) is not None:
+            if message.get("method") == "server/discover":
+                await server.send({"id": message["id"], "error": {"code": -32601, "message": "no"}})
+
+    options = UpstreamOptions(handshake_timeout=30.0, restart_backoff=1.0)
+    async with gateway_in_process(tmp_path, mute, options=options) as (host, connector):
+        # A legacy handshake waits for the host's capabilities: the host's initialize starts it (and waits).
+        await host.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                             "clientInfo": {"name": "scripted-host", "version": "1"}})
+        while len(connector.connections) < 2:
+            await trio.sleep(1)
+        first: list[dict[str, Any]] = connector.connections[0].server.seen
+        assert any(m.get("method") == "initialize" for m in first)
+        assert not any(m.get("method") == "notifications/cancelled" for m in first)

@@ -1,0 +1,170 @@
+"""``warden import [PATH...] [--dry-run | --undo]``: put a host's MCP servers under warden in one step.
+
+Without a path, every host file that exists at its usual place is imported (Claude Desktop, Claude Code's
+``~/.claude.json`` and a project's ``.mcp.json``, Cursor, VS Code's ``.vscode/mcp.json``). Each entry becomes a
+``[servers.NAME]`` table of warden's config, its env values move into warden's secrets store, and the entry is
+rewritten to start ``warden run --name NAME``. ``--dry-run`` prints what would change and writes nothing;
+``--undo`` restores the files of the last import byte for byte.
+
+What is printed may hold text from the host files (names, paths, commands): it goes through the one terminal
+escaping function and the secrets registry, so no value that moves into the store is ever shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from warden.cli._common import CommandContext
+from warden.cli.policy import launch_problems
+from warden.errors import ConfigError
+from warden.escape import for_terminal
+from warden.hostconfig import (
+    HOSTS,
+    HostFile,
+    ImportPlan,
+    apply_plan,
+    build_plan,
+    default_paths,
+    parse_host_file,
+    undo_last_import,
+)
+from warden.policy import EffectivePolicy, load_effective_policy, load_policy_bytes, load_policy_file
+from warden.secrets import Redactor, SecretStore
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "import", help="import a host's MCP servers (Claude Desktop, Claude Code, Cursor, VS Code) into warden",
+        description="Turn each server entry of a host config file into a [servers.NAME] table of warden's config "
+                    "(env values into warden's secrets store) and rewrite the entry to `warden run --name NAME`. "
+                    "A backup is written first; --undo restores it byte for byte.")
+    parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
+                        help="host config files (default: every host's usual file that exists)")
+    parser.add_argument("--host", choices=HOSTS, help="read PATH as this host's format (default: by its name, "
+                                                      "else its content)")
+    parser.add_argument("--only", action="append", default=[], metavar="NAME",
+                        help="import only this entry (repeatable); the others stay as they are")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
+    mode.add_argument("--undo", action="store_true", help="restore the files of the last import byte for byte")
+    parser.set_defaults(func=import_command)
+
+
+def _warden_argv(ctx: CommandContext) -> list[str]:
+    """How a host starts this warden: its absolute path, with the config and state dir made explicit (a host
+    starts servers with its own environment, where ``WARDEN_CONFIG`` and ``HOME`` may differ)."""
+    me = Path(sys.argv[0])
+    if me.name == "warden" and me.is_file():
+        exe = [str(me.resolve())]
+    elif (found := shutil.which("warden")) is not None:
+        exe = [str(Path(found).resolve())]
+    else:
+        exe = [sys.executable, "-m", "warden.cli"]
+    return [*exe, "--config", str(ctx.config_path), "--state-dir", str(ctx.state_dir)]
+
+
+def _host_files(ctx: CommandContext, args: argparse.Namespace) -> list[HostFile]:
+    home = Path(ctx.env.get("HOME") or Path.home())
+    if args.paths:
+        chosen = [(args.host, Path(p).absolute()) for p in args.paths]
+        for _, path in chosen:
+            if not path.is_file():
+                raise ConfigError(f"{path} does not exist or is not a file", hint="give the path of a host config "
+                                                                                 "file (e.g. ~/.cursor/mcp.json)")
+    else:
+        looked = default_paths(home, Path.cwd())
+        chosen = [(args.host or host, path) for host, path in looked
+                  if path.is_file() and (args.host is None or args.host == host)]
+        if not chosen:
+            raise ConfigError("no host config file found; looked at " + ", ".join(str(p) for _, p in looked),
+                              hint="give the file's path: warden import PATH")
+    files = []
+    seen: set[Path] = set()
+    for host, path in chosen:
+        real = Path(os.path.realpath(path))
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ConfigError(f"{path}: cannot read: {exc.strerror}", hint="check its permissions") from exc
+        files.append(parse_host_file(raw, path, host=host, home=home))
+    return files
+
+
+def _existing_config(ctx: CommandContext) -> tuple[bytes | None, dict[str, str]]:
+    path = ctx.config_path
+    if not path.exists():
+        return None, {}
+    loaded = load_policy_file(path, "user")
+    names = {name: f"{path}:{loaded.line(('servers', name))}" for name in loaded.model.servers}
+    return path.read_bytes(), names
+
+
+def _print(lines: list[str], redactor: Redactor) -> None:
+    for line in lines:
+        print(for_terminal(redactor.text(line)))
+
+
+def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
+    if args.undo:
+        if args.paths or args.only:
+            raise ConfigError("--undo takes no paths or --only", hint="run: warden import --undo")
+        record = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
+        for entry in record.data["files"]:
+            print(for_terminal(f"restored {entry['path']} (byte for byte, from {record.directory})"))
+        config = record.data["config"]
+        print(for_terminal(f"restored {config['path']}" if config["existed"] else f"removed {config['path']}"
+                           " (the import had created it)"))
+        for name in record.data["secrets_added"]:
+            print(for_terminal(f"removed secret {name}"))
+        return 0
+    files = _host_files(ctx, args)
+    store = SecretStore(ctx.state_dir)
+    config_before, existing = _existing_config(ctx)
+
+    def existing_secret(name: str) -> str | None:
+        return store.get(name) if name in store.names() else None
+
+    plan = build_plan(files, config_path=ctx.config_path, config_before=config_before, existing_servers=existing,
+                      warden_argv=_warden_argv(ctx), home=str(Path(ctx.env.get("HOME") or Path.home())),
+                      existing_secret=existing_secret, only=args.only)
+    _check_like_run(ctx, plan, store)
+    redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
+    _print(plan.describe(), redactor)
+    if args.dry_run:
+        print("dry run: nothing was written")
+        return 0
+    record = apply_plan(plan, state_dir=ctx.private_state_dir(), store=store)
+    print(for_terminal(f"imported {len(plan.servers)} server(s); backup in {record.directory}; "
+                       "undo with: warden import --undo"))
+    print("next: start your host; each server waits for approval: warden pins review")
+    return 0
+
+
+def _plan_values(plan: ImportPlan) -> list[str]:
+    return [value for s in plan.servers for value in s.secrets.values()]
+
+
+def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore) -> None:
+    """Load the config the import would write and apply to each imported server every check ``warden run``
+    applies before a launch (:func:`warden.cli.policy.launch_problems`, shared with ``warden policy check``).
+
+    Raises:
+        ConfigError: the config would not load, or a server would be refused; nothing was written.
+    """
+    loaded = load_policy_bytes(plan.config_after, ctx.config_path, "user")
+    policy = EffectivePolicy(load_effective_policy(None, None, ctx.env).org, loaded)
+    secret_names = {*store.names(), *(name for s in plan.servers for name in s.secrets)}
+    problems = [f"{s.source}: {s.entry.label}: {p}" for s in plan.servers
+                for p in launch_problems(policy.server(s.name), state_dir=ctx.state_dir, secret_names=secret_names)]
+    if problems:
+        raise ConfigError(f"{len(problems)} problem(s); `warden run` would refuse these servers as imported, so "
+                          "nothing was imported or written:\n  " + "\n  ".join(problems),
+                          hint="fix the entries named above (or the org policy), then run `warden import --dry-run` "
+                               "again")

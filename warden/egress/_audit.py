@@ -1,0 +1,48 @@
+"""Egress decisions as audit records: ``egress.decided`` before a connection is made (write-ahead: the proxy
+refuses when it cannot be recorded), ``egress.closed`` with the bytes each way when it ends."""
+
+from __future__ import annotations
+
+from typing import final
+
+from warden import audit
+from warden.egress._proxy import EgressDecision, EgressTally
+
+
+@final
+class EgressRecorder:
+    """Writes one server's egress records to ``log`` (None: ``--unsafe-no-audit``, nothing is written)."""
+
+    def __init__(self, log: audit.AuditLog | None, *, server_name: str, server_id: str | None,
+                 policy_digest: str | None) -> None:
+        self._log = log
+        self._server_name = server_name
+        self._server_id = server_id
+        self._policy_digest = policy_digest
+
+    def _egress(self, d: EgressDecision, tally: EgressTally | None = None) -> audit.Egress:
+        return audit.Egress(host=audit.bounded_text(d.host, 256), port=d.port, address=d.address,
+                            sent=None if tally is None else tally.sent,
+                            received=None if tally is None else tally.received)
+
+    async def decided(self, decision: EgressDecision) -> int | None:
+        if self._log is None:
+            return None
+        return await self._log.append(audit.Record(
+            event=audit.Event.EGRESS_DECIDED, server_name=self._server_name, server_id=self._server_id,
+            policy_digest=self._policy_digest, method=decision.method or None,
+            target=audit.bounded_text(f"{decision.host}:{decision.port}", 2048) if decision.host else None,
+            rule=audit.bounded_text(decision.rule, 256),
+            decision=audit.Decision.ALLOW if decision.allowed else audit.Decision.DENY,
+            consent=audit.Consent.POLICY if decision.allowed else None,
+            reason=decision.reason, egress=self._egress(decision)))
+
+    def closed(self, decision: EgressDecision, index: int | None, tally: EgressTally) -> None:
+        if self._log is None:
+            return
+        self._log.append_later(audit.Record(
+            event=audit.Event.EGRESS_CLOSED, server_name=self._server_name, server_id=self._server_id,
+            method=decision.method or None, decision_index=index,
+            target=audit.bounded_text(f"{decision.host}:{decision.port}", 2048),
+            outcome=audit.Outcome.OK if tally.error is None else audit.Outcome.FAILED, error=tally.error,
+            egress=self._egress(decision, tally)))

@@ -1,0 +1,253 @@
+"""Carrying out an import plan, and ``--undo``: backup first, then atomic replaces, nothing half-written.
+
+Order of a real run (each step durable before the next):
+
+1. a backup record in ``<state>/imports/<id>/``: the exact bytes of every host file and of warden's config as they
+   were, their digests before and after, and the secrets the import adds;
+2. the secrets, into the store;
+3. warden's config, replaced atomically (temporary file, fsync, rename, fsync of the directory);
+4. each host file, replaced the same way, keeping its mode (and, as root, its owner). A host file that is a
+   symlink is written through it, so a dotfile manager's link stays a link.
+
+A failure at steps 2–4 undoes the steps already taken before the error is raised. ``--undo`` takes the newest
+import not yet undone, checks that every file it wrote is still what it wrote (a file changed since is refused,
+with the path of its backup), and puts the original bytes back — byte for byte — the same atomic way; the
+secrets the import added are removed from the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import hashlib
+import json
+import os
+import secrets as _random
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, final
+
+from warden.durable import fsync_directory, write_new_file
+from warden.errors import ConfigError, StateError
+from warden.hostconfig._plan import ImportPlan
+from warden.paths import ensure_private_dir
+from warden.secrets import SecretStore
+
+__all__ = ["ImportRecord", "apply_plan", "replace_foreign_file", "undo_last_import"]
+
+_FORMAT: Final = "warden-import/1"
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _real(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def replace_foreign_file(path: Path, data: bytes, *, mode: int, owner: tuple[int, int] | None) -> None:
+    """Atomically replace a file that belongs to the user or a host (not to warden), keeping ``mode`` (and
+    ``owner`` when running as root)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".warden-tmp")
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fchmod(fd, mode)
+        if owner is not None and os.geteuid() == 0:
+            os.fchown(fd, *owner)
+        os.fsync(fd)
+        os.close(fd)
+        fd = -1
+        os.replace(tmp, path)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    fsync_directory(path.parent)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ImportRecord:
+    """One import's backup record."""
+
+    directory: Path
+    data: dict[str, Any]
+
+    def save(self) -> None:
+        payload = json.dumps(self.data, indent=1, sort_keys=True).encode()
+        tmp = self.directory / "record.json.tmp"
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        write_new_file(tmp, payload)
+        os.replace(tmp, self.directory / "record.json")
+        fsync_directory(self.directory)
+
+
+def _imports_dir(state_dir: Path) -> Path:
+    return ensure_private_dir(state_dir / "imports")
+
+
+def _stat_of(path: Path) -> tuple[int, tuple[int, int] | None]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return 0o600, None
+    return st.st_mode & 0o7777, (st.st_uid, st.st_gid)
+
+
+def apply_plan(plan: ImportPlan, *, state_dir: Path, store: SecretStore,
+               now: datetime.datetime | None = None) -> ImportRecord:
+    """Carry ``plan`` out (see the module docstring) and return its backup record.
+
+    Raises:
+        StateError: the state directory or a file cannot be written; everything already changed is put back.
+        ConfigError: a host file changed since the plan was made (nothing was written).
+    """
+    for f in plan.files:
+        if _real(f.path).read_bytes() != f.raw:
+            raise ConfigError(f"{f.path} changed while the import was being planned",
+                              hint="run `warden import` again; nothing was written")
+    stamp = (now or datetime.datetime.now(datetime.UTC)).strftime("%Y%m%dT%H%M%S%fZ")
+    directory = _imports_dir(state_dir) / f"{stamp}-{_random.token_hex(4)}"
+    directory.mkdir(mode=0o700)
+    files: list[dict[str, Any]] = []
+    for index, f in enumerate(plan.files):
+        backup = f"host-{index}.orig"
+        write_new_file(directory / backup, f.raw)
+        mode, owner = _stat_of(_real(f.path))
+        files.append({"path": str(f.path), "real_path": str(_real(f.path)), "backup": backup, "mode": mode,
+                      "owner": owner, "sha256_before": _sha(f.raw), "sha256_after": _sha(plan.host_after[f.path]),
+                      "host": f.host})
+    config_real = _real(plan.config_path)
+    config: dict[str, Any] = {"path": str(plan.config_path), "real_path": str(config_real),
+                              "existed": plan.config_before is not None,
+                              "sha256_after": _sha(plan.config_after)}
+    if plan.config_before is not None:
+        write_new_file(directory / "config.orig", plan.config_before)
+        config.update(backup="config.orig", sha256_before=_sha(plan.config_before))
+    added = sorted(name for s in plan.servers for name in s.secrets if _current(store, name) is None)
+    record = ImportRecord(directory, {"format": _FORMAT, "status": "started", "at": stamp, "files": files,
+                                      "config": config, "secrets_added": added,
+                                      "servers": [s.name for s in plan.servers]})
+    record.save()
+    done: list[str] = []
+    try:
+        for s in plan.servers:
+            for name, value in s.secrets.items():
+                store.set(name, value)
+        done.append("secrets")
+        config_real.parent.mkdir(parents=True, exist_ok=True)
+        mode, owner = _stat_of(config_real)
+        replace_foreign_file(config_real, plan.config_after, mode=mode if plan.config_before else 0o600,
+                             owner=owner)
+        done.append("config")
+        for entry, f in zip(files, plan.files, strict=True):
+            replace_foreign_file(Path(entry["real_path"]), plan.host_after[f.path], mode=entry["mode"],
+                                 owner=tuple(entry["owner"]) if entry["owner"] else None)
+            done.append(entry["path"])
+    except OSError as exc:
+        _roll_back(record, done, store)
+        raise StateError(f"the import could not be written ({exc.strerror or exc}: {exc.filename}); everything it "
+                         "had changed was put back", hint="check free space and permissions, then import again") \
+            from exc
+    record.data["status"] = "done"
+    record.save()
+    return record
+
+
+def _current(store: SecretStore, name: str) -> str | None:
+    try:
+        return store.get(name)
+    except ConfigError:
+        return None
+
+
+def _roll_back(record: ImportRecord, done: list[str], store: SecretStore) -> None:
+    data = record.data
+    for entry in data["files"]:
+        if entry["path"] in done:
+            raw = (record.directory / entry["backup"]).read_bytes()
+            replace_foreign_file(Path(entry["real_path"]), raw, mode=entry["mode"],
+                                 owner=tuple(entry["owner"]) if entry["owner"] else None)
+    if "config" in done:
+        _restore_config(record)
+    for name in data["secrets_added"]:  # some may have been set before the failure
+        store.remove(name)
+    data["status"] = "rolled back"
+    record.save()
+
+
+def _restore_config(record: ImportRecord) -> None:
+    config = record.data["config"]
+    real = Path(config["real_path"])
+    if config["existed"]:
+        mode, owner = _stat_of(real)
+        replace_foreign_file(real, (record.directory / config["backup"]).read_bytes(), mode=mode, owner=owner)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            real.unlink()
+        fsync_directory(real.parent)
+
+
+def _records(state_dir: Path) -> Iterator[ImportRecord]:
+    root = state_dir / "imports"
+    if not root.is_dir():
+        return
+    for directory in sorted(root.iterdir(), reverse=True):
+        try:
+            data = json.loads((directory / "record.json").read_bytes())
+        except (OSError, ValueError) as exc:
+            raise StateError(f"import record {directory} is unreadable: {exc}",
+                             hint=f"its backups are in {directory}; restore by hand") from exc
+        if data.get("format") == _FORMAT:
+            yield ImportRecord(directory, data)
+
+
+def undo_last_import(state_dir: Path, store: SecretStore) -> ImportRecord:
+    """Put back what the newest import (not yet undone) changed, byte for byte.
+
+    Raises:
+        ConfigError: there is no import to undo, or a file changed since the import (nothing is restored; the
+            hint names the backup).
+    """
+    record = next((r for r in _records(state_dir) if r.data.get("status") == "done"), None)
+    if record is None:
+        raise ConfigError(f"there is no import to undo in {state_dir / 'imports'}",
+                          hint="`warden import` records every import there; nothing was changed")
+    data = record.data
+    for entry in data["files"]:
+        current = _read(Path(entry["real_path"]))
+        if current is None or _sha(current) != entry["sha256_after"]:
+            raise ConfigError(f"{entry['path']} changed since warden imported it, so undo would lose those changes",
+                              hint=f"its original is {record.directory / entry['backup']}; copy it back by hand if "
+                                   "that is what you want; nothing was restored")
+    config = data["config"]
+    current = _read(Path(config["real_path"]))
+    if current is None or _sha(current) != config["sha256_after"]:
+        raise ConfigError(f"warden's config {config['path']} changed since the import",
+                          hint=f"remove the imported [servers.*] tables ({', '.join(data['servers'])}) by hand"
+                               + (f", or copy back {record.directory / config['backup']}" if config["existed"]
+                                  else "") + "; nothing was restored")
+    for entry in data["files"]:
+        replace_foreign_file(Path(entry["real_path"]), (record.directory / entry["backup"]).read_bytes(),
+                             mode=entry["mode"], owner=tuple(entry["owner"]) if entry["owner"] else None)
+    _restore_config(record)
+    for name in data["secrets_added"]:
+        store.remove(name)
+    data["status"] = "undone"
+    record.save()
+    return record
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,368 @@
+"""The host configuration files warden imports from, read and written the way each host reads them.
+
+Four hosts, one entry shape each (checked against each host's documented schema; keys a host does not define are
+an error naming the key, never silently dropped):
+
+* ``claude-desktop``: ``~/.config/Claude/claude_desktop_config.json``; ``mcpServers``; command, args, env.
+* ``claude-code``: ``~/.claude.json`` (top level and each ``projects.<dir>``) and a project's ``.mcp.json``;
+  ``mcpServers``; type (stdio, http, sse), command, args, env, url, headers.
+* ``cursor``: ``~/.cursor/mcp.json`` and ``.cursor/mcp.json``; ``mcpServers``; type, command, args, env, url,
+  headers (``envFile`` is refused with what to do instead).
+* ``vscode``: ``.vscode/mcp.json`` and ``~/.config/Code/User/mcp.json`` (JSON with comments); ``servers``; type
+  (required), command, args, env, url, headers; a top-level ``inputs`` list (``envFile``, ``cwd``, ``dev`` are
+  refused with what to do instead).
+
+Any other path is read by its content: a ``servers`` object makes it VS Code's format, ``mcpServers`` the common
+one (the union of Claude Code's and Cursor's keys). Everything outside the server entries (Claude Code's history,
+Claude Desktop's preferences, VS Code's ``inputs``) is kept as it is: a rewrite changes only the entries.
+
+Strings in entries may hold the host's own references (Claude Code ``${VAR}`` / ``${VAR:-default}``, Cursor and VS
+Code ``${env:VAR}``, VS Code ``${input:id}``); the importer keeps those for the host to expand
+(:func:`host_reference`). VS Code's and Cursor's ``${workspaceFolder}`` and ``${userHome}`` are expanded here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, Literal, final
+
+from warden.errors import ConfigError
+
+__all__ = ["HOSTS", "HostEntry", "HostFile", "HostKind", "default_paths", "detect_host", "dump_host_document",
+           "host_reference", "parse_host_file", "replace_entries", "strip_jsonc"]
+
+HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "mcp-json"]
+HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "mcp-json")
+MAX_HOST_FILE: Final = 64 << 20
+"""``~/.claude.json`` keeps Claude Code's project history and grows to megabytes; far below this."""
+
+_STDIO_KEYS: Final = frozenset({"command", "args", "env"})
+_ENTRY_KEYS: Final[Mapping[HostKind, frozenset[str]]] = {
+    "claude-desktop": _STDIO_KEYS,
+    "claude-code": _STDIO_KEYS | {"type", "url", "headers"},
+    "cursor": _STDIO_KEYS | {"type", "url", "headers"},
+    "vscode": _STDIO_KEYS | {"type", "url", "headers"},
+    "mcp-json": _STDIO_KEYS | {"type", "url", "headers"},
+}
+_TYPES: Final = ("stdio", "http", "sse")
+# Keys the host defines that warden does not carry over, and what to do instead.
+_ENV_FILE: Final = ("the variables of an env file would not be kept in warden's secrets store; move them into the "
+                    "entry's env (import then moves their values into the store) and remove envFile")
+_NOT_IMPORTED: Final[Mapping[HostKind, Mapping[str, str]]] = {
+    "cursor": {"envFile": _ENV_FILE},
+    "vscode": {"envFile": _ENV_FILE,
+               "cwd": "warden starts the server in its sandbox's own directory; pass the directory as an argument "
+                      "instead (it is then proposed as a directory the server may use) and remove cwd",
+               "dev": "development mode (watch and restart) is not carried over; remove dev"},
+}
+_HOST_NAMES: Final[Mapping[HostKind, str]] = {
+    "claude-desktop": "Claude Desktop", "claude-code": "Claude Code", "cursor": "Cursor", "vscode": "VS Code",
+    "mcp-json": "an mcpServers file"}
+_REFERENCE: Final[Mapping[HostKind, re.Pattern[str]]] = {
+    "claude-desktop": re.compile(r"(?!)"),  # Claude Desktop expands nothing
+    "claude-code": re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"),
+    "cursor": re.compile(r"\$\{env:[A-Za-z_][A-Za-z0-9_]*\}"),
+    "vscode": re.compile(r"\$\{[^}]+\}"),  # ${env:X}, ${input:id}, ${command:x}, and any variable left unexpanded
+    "mcp-json": re.compile(r"\$\{(env:)?[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"),
+}
+
+
+def default_paths(home: Path, cwd: Path) -> list[tuple[HostKind, Path]]:
+    """Where each host keeps its servers, user files first, then the project files of ``cwd``."""
+    return [("claude-desktop", home / ".config" / "Claude" / "claude_desktop_config.json"),
+            ("claude-code", home / ".claude.json"),
+            ("cursor", home / ".cursor" / "mcp.json"),
+            ("claude-code", cwd / ".mcp.json"),
+            ("cursor", cwd / ".cursor" / "mcp.json"),
+            ("vscode", home / ".config" / "Code" / "User" / "mcp.json"),
+            ("vscode", cwd / ".vscode" / "mcp.json")]
+
+
+def detect_host(path: Path, doc: Mapping[str, Any] | None = None) -> HostKind:
+    """The host whose file ``path`` is, by its name and place, else by its content (``servers``: VS Code)."""
+    if path.name == "claude_desktop_config.json":
+        return "claude-desktop"
+    if path.name in (".claude.json", ".mcp.json"):
+        return "claude-code"
+    if path.name == "mcp.json" and path.parent.name == ".cursor":
+        return "cursor"
+    if path.name == "mcp.json" and (path.parent.name == ".vscode" or (
+            path.parent.name == "User" and path.parent.parent.name in ("Code", "Code - Insiders", "VSCodium"))):
+        return "vscode"
+    if doc is not None and "servers" in doc and "mcpServers" not in doc:
+        return "vscode"
+    return "mcp-json"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HostEntry:
+    """One server entry of a host file, as the host would start it."""
+
+    host: HostKind
+    where: tuple[str, ...]
+    """The key path of the entry in the document: ``("mcpServers", NAME)``, ``("projects", DIR, "mcpServers",
+    NAME)`` or ``("servers", NAME)``."""
+    name: str
+    type: str | None
+    command: str | None
+    args: tuple[str, ...]
+    env: Mapping[str, str]
+    url: str | None
+    headers: Mapping[str, str]
+
+    @property
+    def remote(self) -> bool:
+        return self.url is not None
+
+    @property
+    def label(self) -> str:
+        """How messages name the entry: its key path in the file."""
+        return ".".join(self.where)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class HostFile:
+    """A parsed host file: its exact bytes (for the backup and ``--undo``), the document and its entries."""
+
+    path: Path
+    host: HostKind
+    raw: bytes
+    doc: dict[str, Any]
+    entries: tuple[HostEntry, ...]
+    indent: int | None
+
+    @property
+    def host_name(self) -> str:
+        return _HOST_NAMES[self.host]
+
+
+def strip_jsonc(text: str) -> str:
+    """JSON with comments (``//``, ``/* */``) and trailing commas, as VS Code reads it, turned into strict JSON.
+    Comments become spaces (newlines kept) so positions in errors still point at the same line.
+
+    Raises:
+        ValueError: an unterminated string or block comment.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    pending_comma: int | None = None  # index in out of a comma that a closing bracket may make trailing
+    while i < n:
+        c = text[i]
+        if c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            if j >= n:
+                raise ValueError("unterminated string")
+            out.append(text[i:j + 1])
+            pending_comma = None
+            i = j + 1
+        elif text.startswith("//", i):
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            out.append(" " * (j - i))
+            i = j
+        elif text.startswith("/*", i):
+            j = text.find("*/", i + 2)
+            if j < 0:
+                raise ValueError("unterminated block comment")
+            out.append("".join(ch if ch == "\n" else " " for ch in text[i:j + 2]))
+            i = j + 2
+        elif c == ",":
+            pending_comma = len(out)
+            out.append(c)
+            i += 1
+        elif c in "]}":
+            if pending_comma is not None:
+                out[pending_comma] = " "
+            pending_comma = None
+            out.append(c)
+            i += 1
+        else:
+            if not c.isspace():
+                pending_comma = None
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+class _Duplicate(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _indent_of(text: str) -> int | None:
+    match = re.search(r"\n( +)\S", text)
+    return len(match.group(1)) if match else None
+
+
+def host_reference(host: HostKind, value: str) -> bool:
+    """Whether ``value`` holds a reference the host expands when it starts the server (kept for the host)."""
+    return _REFERENCE[host].search(value) is not None
+
+
+def _strings(value: Any, what: str, where: str, path: Path) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"{path}: {where}.{what} must be a list of strings",
+                          hint=f"fix {where}.{what} in {path}")
+    return tuple(value)
+
+
+def _table(value: Any, what: str, where: str, path: Path) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        raise ConfigError(f"{path}: {where}.{what} must be an object of strings",
+                          hint=f"fix {where}.{what} in {path} (quote numbers and booleans)")
+    return dict(value)
+
+
+def _expand(host: HostKind, value: str, path: Path, home: Path) -> str:
+    """VS Code's and Cursor's path variables, which the importer can expand for good."""
+    if host not in ("vscode", "cursor"):
+        return value
+    value = value.replace("${userHome}", str(home))
+    if path.parent.name not in (".vscode", ".cursor"):
+        return value  # a user-profile file has no workspace: ${workspaceFolder} stays, and is refused in args
+    return value.replace("${workspaceFolder}", str(path.parent.parent))
+
+
+def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home: Path) -> HostEntry:
+    label = ".".join(where)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{path}: {label} must be an object", hint=f"fix {label} in {path}")
+    refused = sorted(set(value) & set(_NOT_IMPORTED.get(host, {})))
+    if refused:
+        raise ConfigError(f"{path}: {label}.{refused[0]}: {_NOT_IMPORTED[host][refused[0]]}",
+                          hint=f"change {label} in {path} as said, then import again; nothing was written")
+    unknown = sorted(set(value) - _ENTRY_KEYS[host])
+    if unknown:
+        known = ", ".join(sorted(_ENTRY_KEYS[host]))
+        raise ConfigError(f"{path}: {label}: unknown key {unknown[0]!r} ({_HOST_NAMES[host]} entries have: {known})",
+                          hint=f"remove {unknown[0]!r} from {label} in {path}, or move what it does into the "
+                               "entry's command, args or env; nothing was written")
+    kind = value.get("type")
+    if kind is not None and kind not in _TYPES:
+        raise ConfigError(f"{path}: {label}.type is {kind!r}; {_HOST_NAMES[host]} knows {', '.join(_TYPES)}",
+                          hint=f"fix {label}.type in {path}")
+    command, url = value.get("command"), value.get("url")
+    if command is not None and (not isinstance(command, str) or not command):
+        raise ConfigError(f"{path}: {label}.command must be a non-empty string", hint=f"fix {label} in {path}")
+    if url is not None and (not isinstance(url, str) or not url):
+        raise ConfigError(f"{path}: {label}.url must be a non-empty string", hint=f"fix {label} in {path}")
+    if (command is None) == (url is None):
+        raise ConfigError(f"{path}: {label} needs exactly one of command (a local server) and url (a remote one)",
+                          hint=f"fix {label} in {path}")
+    remote = url is not None
+    if remote and (kind == "stdio" or {"command", "args", "env"} & set(value)):
+        raise ConfigError(f"{path}: {label} mixes a url with stdio keys (type stdio, command, args, env)",
+                          hint=f"keep either url/headers or command/args/env in {label}")
+    if not remote and (kind in ("http", "sse") or "headers" in value):
+        raise ConfigError(f"{path}: {label} has type {kind or 'stdio'} with headers or a command that an "
+                          "http/sse entry does not take", hint=f"fix {label} in {path}")
+    if host == "vscode" and kind is None and not remote:
+        raise ConfigError(f"{path}: {label} has no type (VS Code requires \"type\": \"stdio\")",
+                          hint=f"add \"type\": \"stdio\" to {label} in {path}")
+    return HostEntry(
+        host=host, where=where, name=where[-1], type=kind,
+        command=None if command is None else _expand(host, command, path, home),
+        args=tuple(_expand(host, a, path, home) for a in _strings(value.get("args", []), "args", label, path)),
+        env={k: _expand(host, v, path, home) for k, v in _table(value.get("env", {}), "env", label, path).items()},
+        url=url, headers=_table(value.get("headers", {}), "headers", label, path))
+
+
+def _servers(host: HostKind, doc: Mapping[str, Any], prefix: tuple[str, ...], key: str, path: Path,
+             home: Path) -> list[HostEntry]:
+    table = doc.get(key)
+    if table is None:
+        return []
+    label = ".".join((*prefix, key))
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {label} must be an object of server entries", hint=f"fix {label} in {path}")
+    return [_entry(host, (*prefix, key, name), value, path, home) for name, value in table.items()]
+
+
+def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, home: Path | None = None) -> HostFile:
+    """Parse the bytes of a host file as that host does and list its server entries.
+
+    Raises:
+        ConfigError: not UTF-8, not JSON (VS Code: not JSON with comments), not an object, a duplicate key, a
+            ``mcpServers``/``servers`` that is not an object, an entry with an unknown key or a wrong type; the
+            message names the file and the key, the hint the fix.
+    """
+    home = home if home is not None else Path.home()
+    if len(raw) > MAX_HOST_FILE:
+        raise ConfigError(f"{path}: larger than {MAX_HOST_FILE >> 20} MiB", hint="is this a host config file?")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})",
+                          hint="save it as UTF-8; nothing was written") from exc
+    guess = host or detect_host(path)
+    try:
+        body = strip_jsonc(text) if guess == "vscode" else text
+        doc = json.loads(body, object_pairs_hook=_no_duplicates)
+    except _Duplicate as exc:
+        raise ConfigError(f"{path}: the key {exc.key!r} appears twice in one object (the host would keep only the "
+                          "last)", hint=f"remove or rename one of them in {path}; nothing was written") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid JSON{' with comments' if guess == 'vscode' else ''}: {exc}",
+                          hint=f"fix the syntax of {path} (the host cannot read it either); nothing was "
+                               "written") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: the top level is not a JSON object", hint=f"is {path} a host config file?")
+    kind = host or detect_host(path, doc)
+    if kind == "vscode" and "mcpServers" in doc and "servers" not in doc:
+        raise ConfigError(f"{path}: VS Code reads servers from a \"servers\" object, and this file has "
+                          "\"mcpServers\"", hint=f"rename the key to \"servers\" in {path}")
+    entries = _servers(kind, doc, (), "servers" if kind == "vscode" else "mcpServers", path, home)
+    if kind == "claude-code" and isinstance(doc.get("projects"), dict):
+        for project, settings in doc["projects"].items():
+            if isinstance(settings, dict):
+                entries.extend(_servers(kind, settings, ("projects", project), "mcpServers", path, home))
+    if kind == "vscode" and "inputs" in doc and not isinstance(doc["inputs"], list):
+        raise ConfigError(f"{path}: inputs must be a list", hint=f"fix inputs in {path}")
+    return HostFile(path=path, host=kind, raw=raw, doc=doc, entries=tuple(entries), indent=_indent_of(text))
+
+
+def dump_host_document(host_file: HostFile, doc: Mapping[str, Any]) -> bytes:
+    """``doc`` written as the file was: same indent, non-ASCII kept, a final newline if the original had one.
+    Comments of a VS Code file do not survive (``--undo`` restores the original bytes, comments included)."""
+    text = json.dumps(doc, indent=host_file.indent if host_file.indent is not None else 2, ensure_ascii=False)
+    if host_file.raw.endswith(b"\n"):
+        text += "\n"
+    return text.encode("utf-8")
+
+
+def replace_entries(doc: Mapping[str, Any], replacements: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
+    """A copy of ``doc`` with the entry at each key path replaced, every other key (and its order) kept."""
+    def walk(node: Any, prefix: tuple[str, ...]) -> Any:
+        if not isinstance(node, dict):
+            return node
+        out: dict[str, Any] = {}
+        for key, value in node.items():
+            here = (*prefix, key)
+            if here in replacements:
+                out[key] = replacements[here]
+            elif any(p[:len(here)] == here for p in replacements):
+                out[key] = walk(value, here)
+            else:
+                out[key] = value
+        return out
+    result = walk(doc, ())
+    assert isinstance(result, dict)
+    return result

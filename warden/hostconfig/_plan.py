@@ -1,0 +1,479 @@
+"""The import plan: what ``warden import`` would write, decided completely before anything is written.
+
+For every host entry the plan holds the ``[servers.NAME]`` table it becomes (command, args, env *names* with values
+as references, proposed directories), the secrets it moves into warden's store, and the entry that replaces it in
+the host file (``warden run --name NAME``). Building the plan refuses, in one error listing every problem, whatever
+would otherwise be half-imported or imported unsafely:
+
+* a duplicate server name (within the import, or already in warden's config);
+* a command that is a shell pipeline or ``sh -c``, ``sudo``, ``rm -rf``, ``--privileged``, a container bind of
+  ``/`` or of the home directory, ``/`` or the home directory as a proposed directory;
+* a path argument that does not exist (nor its parent);
+* a secret-named variable whose value is too short to be redacted;
+* a secret of the same name already set to another value.
+
+Where values go. A literal env value (or header value) of at least :data:`~warden.secrets.MIN_SECRET_LENGTH`
+characters moves into the secrets store as ``NAME.VAR`` and the config refers to it as ``${secret:NAME.VAR}``;
+a shorter one under a name that does not look secret stays in the config as a literal (a switch such as
+``DEBUG=1``); a value that is an existing path (``MEMORY_FILE_PATH``) stays a literal and proposes its directory.
+A value holding the host's own reference (``${input:token}``, ``${API_KEY}``) stays in the host entry, for the host
+to expand as before, and the config passes that variable by name (``${env:VAR}``).
+
+Directories. An absolute (or ``~``) argument or env value that exists becomes a proposed directory: a directory
+itself, or the directory of a file (a file that does not exist yet proposes its existing parent, writable). Servers
+that write what they are given (filesystem, git, memory) get their directories read-write; others read-only. The
+proposals are written into the config, where ``warden policy check`` and the launch approval show them.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePath
+from typing import Any, Final, Literal, final
+
+from warden.errors import ConfigError
+from warden.hostconfig._formats import HostEntry, HostFile, dump_host_document, host_reference, replace_entries
+from warden.secrets import MIN_SECRET_LENGTH, looks_secret
+
+__all__ = ["ImportPlan", "ProposedDir", "ServerImport", "build_plan", "server_name_for", "toml_string"]
+
+DirMode = Literal["read", "write"]
+_SERVER_NAME: Final = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+_BARE_KEY: Final = re.compile(r"[A-Za-z0-9_\-]+")
+_SHELLS: Final = frozenset({"sh", "bash", "zsh", "dash", "ksh", "fish", "csh", "tcsh", "cmd", "cmd.exe",
+                            "powershell", "pwsh"})
+_ELEVATE: Final = frozenset({"sudo", "doas", "su", "pkexec", "runas"})
+_METACHARS: Final = re.compile(r"[|;&<>`]|\$\(")
+_RM_RF: Final = re.compile(r"(^|\s)rm\s+(-[A-Za-z]*[rR][A-Za-z]*|--recursive)")
+_SCRIPT: Final = (".js", ".mjs", ".cjs", ".ts", ".py", ".pyz", ".jar")
+_SYSTEM: Final = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/proc", "/sys", "/dev", "/opt",
+                  "/nix", "/snap")
+_WRITERS: Final = frozenset({"filesystem", "git", "memory"})
+_ENGINES: Final = frozenset({"docker", "podman", "nerdctl"})
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ProposedDir:
+    path: str
+    mode: DirMode
+    why: str
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ServerImport:
+    """One host entry and everything it becomes."""
+
+    entry: HostEntry
+    source: Path
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    """The config's env table: name → ``${secret:…}``, ``${env:…}`` or a literal."""
+    secrets: Mapping[str, str]
+    """Secret name → value, to set in the store."""
+    host_env: Mapping[str, str]
+    """What the rewritten host entry still gives warden (values holding the host's own references)."""
+    headers: tuple[tuple[str, str], ...]
+    """A remote entry's headers: (header name, env variable that carries its value)."""
+    dirs: tuple[ProposedDir, ...]
+    rewritten: Mapping[str, Any]
+
+    @property
+    def read_dirs(self) -> list[str]:
+        return [d.path for d in self.dirs if d.mode == "read"]
+
+    @property
+    def write_dirs(self) -> list[str]:
+        return [d.path for d in self.dirs if d.mode == "write"]
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class ImportPlan:
+    files: tuple[HostFile, ...]
+    servers: tuple[ServerImport, ...]
+    config_path: Path
+    config_before: bytes | None
+    config_after: bytes
+    host_after: Mapping[Path, bytes] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """Entries left as they are (already under warden) and options not carried over."""
+
+    def describe(self) -> list[str]:
+        """What the import does, in words and as a diff of each file (secret values never shown)."""
+        lines: list[str] = [f"note: {note}" for note in self.notes]
+        for s in self.servers:
+            where = "remote " + str(s.entry.url) if s.entry.remote else " ".join(s.argv)
+            lines.append(f"{s.source}: {s.entry.label} -> [servers.{s.name}] ({where})")
+            for d in s.dirs:
+                lines.append(f"    sees {d.path}, {'read-write' if d.mode == 'write' else 'read-only'} ({d.why})")
+            for var, spec in s.env.items():
+                lines.append(f"    env {var} = {spec}")
+            for secret in s.secrets:
+                lines.append(f"    secret {secret}: value moves from {s.source.name} into warden's secrets store")
+        lines.append(f"config {self.config_path}: {'appends' if self.config_before else 'creates'} "
+                     f"{len(self.servers)} server table(s):")
+        added = self.config_after[len(self.config_before or b""):].decode()
+        lines.extend("  + " + line for line in added.splitlines())
+        for f in self.files:
+            after = self.host_after[f.path].decode("utf-8").splitlines()
+            before = f.raw.decode("utf-8-sig").splitlines()
+            lines.append(f"host file {f.path} ({f.host_name}):")
+            lines.extend("  " + line for line in difflib.unified_diff(before, after, str(f.path), str(f.path) +
+                                                                       " (after import)", lineterm="", n=1))
+        return lines
+
+
+def server_name_for(host_name: str) -> str:
+    """The warden server name for a host's entry name (the host key itself when it is a valid name)."""
+    if _SERVER_NAME.fullmatch(host_name):
+        return host_name
+    cleaned = re.sub(r"[^A-Za-z0-9_.\-]+", "-", host_name).strip("-.")[:64]
+    return cleaned or "server"
+
+
+def toml_string(value: str) -> str:
+    """A TOML basic string (control characters, quotes and backslashes escaped)."""
+    out = ['"']
+    for ch in value:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    out.append('"')
+    return "".join(out)
+
+
+def _key(name: str) -> str:
+    return name if _BARE_KEY.fullmatch(name) else toml_string(name)
+
+
+def _toml_table(s: ServerImport) -> str:
+    lines = [f"# imported by `warden import` from {toml_string(str(s.source))} ({toml_string(s.entry.label)})",
+             f"[servers.{_key(s.name)}]", f"command = {toml_string(s.argv[0])}"]
+    if len(s.argv) > 1:
+        lines.append("args = [" + ", ".join(toml_string(a) for a in s.argv[1:]) + "]")
+    if s.env:
+        lines.append("env = { " + ", ".join(f"{_key(k)} = {toml_string(v)}" for k, v in s.env.items()) + " }")
+    if s.dirs:
+        lines.append("")
+        lines.append(f"[servers.{_key(s.name)}.sandbox]")
+        if s.read_dirs:
+            lines.append("read_dirs = [" + ", ".join(toml_string(d) for d in s.read_dirs) + "]")
+        if s.write_dirs:
+            lines.append("write_dirs = [" + ", ".join(toml_string(d) for d in s.write_dirs) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def _words(entry: HostEntry) -> set[str]:
+    text = " ".join((entry.name, entry.command or "", *entry.args[:4])).lower()
+    return set(re.split(r"[^a-z0-9]+", text))
+
+
+def _dangers(entry: HostEntry, home: str) -> list[str]:
+    """What makes an entry unsafe to import as it is, each with its fix."""
+    out: list[str] = []
+    if entry.command is None:
+        return out
+    base = PurePath(entry.command).name.lower()
+    argv = (entry.command, *entry.args)
+    line = " ".join(argv)
+    if base in _ELEVATE or any(PurePath(a).name in _ELEVATE for a in entry.args[:1]):
+        out.append(f"runs through {base if base in _ELEVATE else entry.args[0]}: drop it (warden runs every server "
+                   "as an unprivileged user, so it could not work anyway)")
+    if " " in entry.command.strip() or _METACHARS.search(entry.command):
+        out.append(f"command {entry.command!r} is a whole shell command line in one string: put the program in "
+                   "command and each argument in args")
+    elif base in _SHELLS and any(a in ("-c", "/c", "-Command") for a in entry.args):
+        out.append(f"runs a shell script through {base} -c (a shell pipeline): put the real program in command "
+                   "and its arguments in args")
+    elif base in _SHELLS:
+        out.append(f"runs a shell ({base}): put the real program in command and its arguments in args")
+    if _RM_RF.search(line):
+        out.append("contains `rm -r`: a server command must not delete files; remove it")
+    if "--privileged" in entry.args or any(a.startswith("--privileged=") for a in entry.args):
+        out.append("passes --privileged to a container: remove it")
+    if base in _ENGINES:
+        for index, arg in enumerate(entry.args):
+            mount = None
+            if arg in ("-v", "--volume", "--mount") and index + 1 < len(entry.args):
+                mount = entry.args[index + 1]
+            elif arg.startswith(("-v", "--volume=", "--mount=")) and arg not in ("-v", "--volume", "--mount"):
+                mount = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:]
+            if mount is None:
+                continue
+            source = mount.split(",")[0].split("=", 1)[-1] if mount.startswith(("type=", "source=", "src=")) \
+                else mount.split(":")[0]
+            if any(part.startswith(("source=", "src=")) for part in mount.split(",")):
+                source = next(p.split("=", 1)[1] for p in mount.split(",") if p.startswith(("source=", "src=")))
+            if os.path.normpath(source or "x") in ("/", home, os.path.dirname(home)):
+                out.append(f"binds {source} into a container ({arg} {mount}): bind a project directory instead")
+    return out
+
+
+def _path_of(value: str, home: str) -> str | None:
+    if value == "~" or value.startswith("~/"):
+        return os.path.normpath(home + value[1:])
+    if value.startswith("/") and "\x00" not in value:
+        return os.path.normpath(value)
+    return None
+
+
+def _candidates(entry: HostEntry) -> list[tuple[str, str]]:
+    """(value, where) for every argument and env value that may name a path."""
+    out: list[tuple[str, str]] = []
+    for index, arg in enumerate(entry.args):
+        out.append((arg, f"argument {index + 1}"))
+        if arg.startswith("-") and "=" in arg:
+            out.append((arg.split("=", 1)[1], f"argument {index + 1}"))
+    out.extend((value, f"env {name}") for name, value in entry.env.items() if not host_reference(entry.host, value))
+    return out
+
+
+def _dirs(entry: HostEntry, home: str, problems: list[str]) -> list[ProposedDir]:
+    writer = bool(_words(entry) & _WRITERS)
+    found: list[ProposedDir] = []
+    for value, where in _candidates(entry):
+        path = _path_of(value, home)
+        if path is None or any(path == s or path.startswith(s + "/") for s in _SYSTEM):
+            continue
+        if os.path.isdir(path):
+            found.append(ProposedDir(path, "write" if writer else "read", f"{where} names it"))
+        elif os.path.exists(path):
+            if path.endswith(_SCRIPT):
+                continue  # the server's own code: the sandbox profile finds and mounts what it runs
+            found.append(ProposedDir(os.path.dirname(path), "write" if writer else "read",
+                                     f"{where} names {os.path.basename(path)} in it"))
+        elif os.path.isdir(os.path.dirname(path)):
+            found.append(ProposedDir(os.path.dirname(path), "write",
+                                     f"{where} names {os.path.basename(path)}, to be created in it"))
+        else:
+            problems.append(f"{where} names {path}, which does not exist: create it, or fix the entry")
+    return found
+
+
+def _too_wide(dirs: Sequence[ProposedDir], home: str) -> list[str]:
+    out = []
+    for d in dirs:
+        if not d.path.startswith("/"):
+            out.append(f"{d.path} ({d.why}) is relative, and the host's working directory is not known: write the "
+                       "absolute path")
+        elif d.path in ("/", home) or within_dir(home, d.path):
+            what = "the whole file system" if d.path == "/" else "your whole home directory"
+            out.append(f"{d.path} ({d.why}) would give the server {what}: name a project directory instead")
+    return out
+
+
+def _merge_dirs(found: Sequence[ProposedDir]) -> list[ProposedDir]:
+    """One entry per path (write wins), and nothing inside a directory already granted with at least its mode."""
+    by_path: dict[str, ProposedDir] = {}
+    for d in found:
+        if d.path not in by_path or d.mode == "write":
+            by_path[d.path] = d
+    kept = []
+    for d in by_path.values():
+        covered = any(o.path != d.path and within_dir(d.path, o.path) and (o.mode == "write" or d.mode == "read")
+                      for o in by_path.values())
+        if not covered:
+            kept.append(d)
+    return sorted(kept, key=lambda d: d.path)
+
+
+def within_dir(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Wrapped:
+    """An entry that already starts ``warden run``: the server behind it, and what its options granted."""
+
+    entry: HostEntry | None
+    """The entry as if it named the server directly; None when there is no ``-- CMD`` (warden's config has it)."""
+    name: str | None
+    dirs: tuple[ProposedDir, ...]
+    dropped: tuple[str, ...]
+
+
+_RUN_VALUE_OPTIONS: Final = frozenset({"--name", "--read", "--write", "--header", "--request-timeout",
+                                       "--max-request-time", "--probe-timeout", "--handshake-timeout",
+                                       "--shutdown-grace", "--max-message-size", "--list-max-items",
+                                       "--list-max-bytes", "--http", "--token-file", "--allow-origin",
+                                       "--allow-host"})
+
+
+def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
+    """``warden [--config C] run [--name N] [--read D] [--write D] ... -- CMD ARGS`` seen through (None: the entry
+    does not start warden). Options other than the name and the directories are listed as not carried over."""
+    if entry.command is None or PurePath(entry.command).name != "warden" or "run" not in entry.args:
+        return None
+    args = list(entry.args[entry.args.index("run") + 1:])
+    name: str | None = None
+    dirs: list[ProposedDir] = []
+    dropped: list[str] = []
+    i = 0
+    while i < len(args) and args[i] != "--":
+        option, _, inline = args[i].partition("=")
+        if option in _RUN_VALUE_OPTIONS:
+            value = inline if inline or "=" in args[i] else (args[i + 1] if i + 1 < len(args) else "")
+            i += 1 if inline or "=" in args[i] else 2
+            if option == "--name":
+                name = value
+            elif option in ("--read", "--write"):
+                dirs.append(ProposedDir(_path_of(value, home) or value, "read" if option == "--read" else "write",
+                                        f"warden run {option} names it"))
+            else:
+                dropped.append(f"{option} {value}")
+        else:
+            dropped.append(args[i])
+            i += 1
+    if i >= len(args) or i + 1 >= len(args):
+        return _Wrapped(None, name, tuple(dirs), tuple(dropped))
+    real = args[i + 1:]
+    inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=real[0],
+                      args=tuple(real[1:]), env=entry.env, url=None, headers={})
+    if len(real) == 1 and real[0].startswith(("http://", "https://")):
+        inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=None, args=(),
+                          env={}, url=real[0], headers={})
+    return _Wrapped(inner, name, tuple(dirs), tuple(dropped))
+
+
+def _header_var(header: str) -> str:
+    return "HEADER_" + re.sub(r"[^A-Za-z0-9]", "_", header).upper()
+
+
+def _secret_name(server: str, var: str) -> str:
+    return f"{server}.{re.sub(r'[^A-Za-z0-9_.-]', '-', var)}"[:128]
+
+
+def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequence[str], home: str,
+                  existing_secret: Callable[[str], str | None], problems: list[str],
+                  granted: Sequence[ProposedDir] = ()) -> ServerImport:
+    mine: list[str] = []
+    env: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    host_env: dict[str, str] = {}
+    headers: list[tuple[str, str]] = []
+    values = dict(entry.env)
+    for header, value in entry.headers.items():
+        var = _header_var(header)
+        values[var] = value
+        headers.append((header, var))
+    found = [*_dirs(entry, home, mine), *granted]
+    mine.extend(_too_wide(found, home))
+    dirs = _merge_dirs(found)
+    for var, value in values.items():
+        if host_reference(entry.host, value):
+            host_env[var] = value
+            env[var] = "${env:" + var + "}"
+        elif _path_of(value, home) is not None and not looks_secret(var) and os.path.exists(
+                os.path.dirname(_path_of(value, home) or "/")):
+            env[var] = value
+        elif len(value) >= MIN_SECRET_LENGTH:
+            secret = _secret_name(name, var)
+            had = existing_secret(secret)
+            if had is not None and had != value:
+                mine.append(f"secret {secret} is already set to another value: remove it (`warden secrets rm "
+                            f"{secret}`) or rename the entry")
+            secrets[secret] = value
+            env[var] = "${secret:" + secret + "}"
+        elif looks_secret(var):
+            mine.append(f"{var} holds a value of {len(value)} characters, too short to be redacted reliably "
+                        f"(at least {MIN_SECRET_LENGTH}): is it a real secret? fix it in the entry")
+        else:
+            env[var] = value
+    for arg in (entry.command or "", *entry.args):
+        if host_reference(entry.host, arg):
+            mine.append(f"argument {arg!r} holds a reference {f.host_name} expands when it starts the server; "
+                        "warden runs the command from its own config: write the value, or pass it through env")
+    mine[:0] = _dangers(entry, home)
+    problems.extend(f"{f.path}: {entry.label}: {p}" for p in mine)
+    argv = (entry.url,) if entry.url is not None else (entry.command or "", *entry.args)
+    run_args = [*warden_argv[1:], "run", "--name", name]
+    for header, var in headers:
+        run_args += ["--header", f"{header}={var}"]
+    rewritten: dict[str, Any] = {}
+    if entry.type is not None or f.host == "vscode":
+        rewritten["type"] = "stdio"
+    rewritten["command"] = warden_argv[0]
+    rewritten["args"] = run_args
+    if host_env:
+        rewritten["env"] = host_env
+    return ServerImport(entry=entry, source=f.path, name=name, argv=argv, env=env, secrets=secrets,
+                        host_env=host_env, headers=tuple(headers), dirs=tuple(dirs), rewritten=rewritten)
+
+
+def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: bytes | None,
+               existing_servers: Mapping[str, str], warden_argv: Sequence[str], home: str,
+               existing_secret: Callable[[str], str | None], only: Sequence[str] = ()) -> ImportPlan:
+    """Decide the whole import (see the module docstring); ``existing_servers`` maps the names already in warden's
+    config to where they are, ``existing_secret`` returns a secret's current value or None. What ``warden run``
+    would refuse about the resulting config is checked by the caller on the config text (``config_after``).
+
+    Raises:
+        ConfigError: every problem of every entry, one per line, each naming the entry and the fix; nothing is
+            written.
+    """
+    problems: list[str] = []
+    skipped: list[str] = []
+    servers: list[ServerImport] = []
+    seen: dict[str, str] = {}
+    wanted = set(only)
+    for f in files:
+        for entry in f.entries:
+            if wanted and entry.name not in wanted:
+                continue
+            name = server_name_for(entry.name)
+            where = f"{f.path}: {entry.label}"
+            if name in seen:
+                problems.append(f"{where}: the server name {name!r} is also used by {seen[name]}: rename one of "
+                                "them in its host file")
+                continue
+            if name in existing_servers:
+                problems.append(f"{where}: warden's config already has [servers.{name}] ({existing_servers[name]}):"
+                                f" remove that table, or rename the entry")
+                continue
+            wrapped = _unwrap(entry, home)
+            if wrapped is not None and wrapped.entry is None:
+                skipped.append(f"{where}: already starts `warden run` with no command of its own (warden's config "
+                               "has it); left as it is")
+                continue
+            granted: tuple[ProposedDir, ...] = ()
+            if wrapped is not None and wrapped.entry is not None:
+                entry = wrapped.entry
+                granted = wrapped.dirs
+                if wrapped.name:
+                    name = server_name_for(wrapped.name)
+                if wrapped.dropped:
+                    skipped.append(f"{where}: warden run options not carried over: {' '.join(wrapped.dropped)}")
+            seen[name] = where
+            servers.append(_import_entry(f, entry, name, warden_argv, home, existing_secret, problems, granted))
+    missing = wanted - {s.entry.name for s in servers} - {e.name for f in files for e in f.entries}
+    if missing:
+        paths = ", ".join(str(f.path) for f in files)
+        problems.append(f"--only {', '.join(sorted(missing))}: no such entry in {paths}")
+    if problems:
+        raise ConfigError(f"{len(problems)} problem(s); nothing was imported or written:\n  " + "\n  ".join(problems),
+                          hint="fix the entries named above, then run `warden import --dry-run` again")
+    if not servers:
+        raise ConfigError(f"no server entries to import in {', '.join(str(f.path) for f in files)}"
+                          + "".join("\n  " + note for note in skipped), hint="nothing to import; check the path")
+    before = config_before or b""
+    tables = "\n".join(_toml_table(s) for s in servers)
+    separator = b"" if not before else (b"\n" if before.endswith(b"\n") else b"\n\n")
+    after = before + separator + tables.encode("utf-8")
+    host_after = {}
+    for f in files:
+        replacements = {s.entry.where: dict(s.rewritten) for s in servers if s.source == f.path}
+        host_after[f.path] = dump_host_document(f, replace_entries(f.doc, replacements)) if replacements else f.raw
+    return ImportPlan(files=tuple(files), servers=tuple(servers), config_path=config_path,
+                      config_before=config_before, config_after=after, host_after=host_after,
+                      notes=tuple(skipped))

@@ -1,0 +1,228 @@
+"""npm intake: ``npm view`` to resolve, ``npm install --ignore-scripts`` into a private prefix, then checks.
+
+What npm itself guarantees and what warden checks again:
+
+* npm verifies every tarball against the ``integrity`` of the registry's packument and records it in
+  ``package-lock.json``; warden compares the top-level entry's lockfile integrity with the packument's
+  ``dist.integrity`` it asked for (``npm view``), and on ``warden update`` with the integrity pinned before, so a
+  version republished with other bytes is refused.
+* ``--before`` (npm's release-age gate) picks versions, the dependencies' included; warden then checks the
+  chosen version's publish time from the packument's ``time`` map (:mod:`._gate`).
+* ``--ignore-scripts``: no lifecycle script runs. The packages that declare one (``hasInstallScript`` in the
+  lockfile) are listed; they run only in a network-less sandbox, and only when policy says ``"sandboxed"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from warden.errors import IntakeError
+from warden.escape import for_terminal
+from warden.intake._client import ClientFailed, last_lines, run_client, unreachable, unreachable_reason
+from warden.intake._gate import check_release_age, cutoff, parse_time, rfc3339
+from warden.intake._spec import PackageRequest
+from warden.intake._store import (
+    InstalledPackage,
+    Store,
+    check_contained,
+    file_digest,
+    open_for_sandboxes,
+    tree_digest,
+)
+from warden.paths import within
+
+NPM = "npm"
+_EXACT = frozenset("0123456789.")
+
+
+def npm_env(env: Mapping[str, str], store: Store) -> dict[str, str]:
+    """The user's environment (registry, auth and proxy settings kept) with warden's own cache and no chatter."""
+    out = dict(env)
+    out.update({"npm_config_cache": str(store.cache("npm")), "npm_config_update_notifier": "false",
+                "npm_config_fund": "false", "npm_config_audit": "false", "npm_config_yes": "false",
+                # Always ask the registry: an update must see what it serves now, not a cached packument.
+                "npm_config_prefer_online": "true"})
+    return out
+
+
+def _view(args: list[str], *, env: Mapping[str, str], name: str) -> Any:
+    try:
+        out = run_client([NPM, "view", *args, "--json"], env=env, cwd=None, what=f"look up {name}")
+    except ClientFailed as exc:
+        if "E404" in exc.stderr:
+            raise IntakeError(f"the npm registry has no package {name!r} (or you lack permission to see it)",
+                              hint="check the package name; for a private registry, check ~/.npmrc") from exc
+        if "ETARGET" in exc.stderr or "No matching version" in exc.stderr:
+            raise IntakeError(f"npm has no version of {name} matching {args[0]!r}",
+                              hint="check the version; `warden intake npx -y NAME` takes the latest") from exc
+        if unreachable(exc.stderr):
+            raise IntakeError(f"the npm registry could not be reached to look up {name}: "
+                              f"{unreachable_reason(exc.stderr)}",
+                              hint="check the network and the registry in ~/.npmrc (npm config get registry), "
+                                   "then try again") from exc
+        raise
+    text = out.stdout.strip()
+    if not text:
+        raise IntakeError(f"npm knows no version of {args[0]!r}", hint="check the version")
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise IntakeError(f"npm view {args[0]} printed something that is not JSON",
+                          hint="check the npm version (warden needs npm 7 or later)") from exc
+
+
+def _programs(prefix: Path, name: str) -> dict[str, str]:
+    """The package's ``bin`` entries: program name -> path relative to the prefix (never outside the package)."""
+    package_dir = prefix / "node_modules" / name
+    try:
+        manifest = json.loads((package_dir / "package.json").read_bytes())
+    except (OSError, ValueError) as exc:
+        raise IntakeError(f"{name} was installed without a readable package.json",
+                          hint="report the package") from exc
+    bins = manifest.get("bin") if isinstance(manifest, dict) else None
+    if isinstance(bins, str):
+        bins = {name.rsplit("/", 1)[-1]: bins}
+    programs: dict[str, str] = {}
+    for program, target in (bins or {}).items() if isinstance(bins, dict) else ():
+        if not isinstance(program, str) or not isinstance(target, str):
+            continue
+        script = os.path.normpath(package_dir / target)
+        if within(script, str(package_dir)):  # a "bin" pointing out of its own package is not followed
+            programs[program] = os.path.relpath(script, prefix)
+    return programs
+
+
+def _lock_packages(lock: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    packages = lock.get("packages")
+    if not isinstance(packages, dict):
+        raise IntakeError("npm wrote a package-lock.json without a packages map (lockfile v2+ is needed)",
+                          hint="use npm 7 or later")
+    return {path: entry for path, entry in packages.items() if path and isinstance(entry, dict)}
+
+
+def _check_installed(request: PackageRequest, staging: Path, *, env: Mapping[str, str], times: Mapping[str, str],
+                     now: datetime, age_hours: int, age_setting: str, allow_scripts: bool,
+                     pinned: InstalledPackage | None) -> tuple[str, str, list[str], dict[str, Mapping[str, Any]]]:
+    """Check what npm installed: the version's age, its integrity against the packument (and the pin), and the
+    install scripts policy allows; return (version, integrity, packages with install scripts, lockfile packages)."""
+    target = request.requirement
+    lock_path = staging / "package-lock.json"
+    lock = json.loads(lock_path.read_bytes())
+    packages = _lock_packages(lock)
+    top = packages.get(f"node_modules/{request.name}")
+    if top is None or not isinstance(top.get("version"), str):
+        raise IntakeError(f"npm installed {target} but its lockfile has no entry for {request.name}",
+                          hint="report this to warden's maintainers")
+    # Registry-written text (versions, hashes, package names) reaches messages escaped; npm already refused
+    # invalid semver, names and SSRI strings, so this changes nothing for a well-formed registry.
+    version = for_terminal(str(top["version"]))
+    integrity = for_terminal(str(top.get("integrity") or ""))
+    check_release_age(request.name, version, times.get(version), now=now, hours=age_hours, setting=age_setting)
+    published = _view([f"{request.name}@{version}", "dist.integrity"], env=env, name=request.name)
+    if not integrity or integrity != published:
+        raise IntakeError(f"{request.name}@{version}: the installed tarball's integrity {integrity or 'none'} "
+                          f"is not the registry's {for_terminal(str(published))}",
+                          hint="the registry or a proxy serves altered bytes; nothing was installed")
+    if pinned is not None and pinned.version == version and pinned.integrity != integrity:
+        raise IntakeError(f"{request.name}@{version} was republished with other bytes: the registry's integrity "
+                          f"is now {integrity}, warden pinned {pinned.integrity} at intake",
+                          hint="a version number must never change its content; keep the pinned entry and "
+                               "report it to the package's maintainers and the registry")
+    scripts = sorted({for_terminal(path.rsplit("node_modules/", 1)[-1]) for path, entry in packages.items()
+                      if entry.get("hasInstallScript")})
+    if scripts and not allow_scripts:
+        raise IntakeError(
+            f"{request.name}@{version} needs install scripts of {', '.join(scripts)}, and policy does not let "
+            "them run (install_scripts = \"never\")",
+            hint="set install_scripts = \"sandboxed\" for this server in your config: warden then runs them in "
+                 "a sandbox without network")
+    return version, integrity, scripts, packages
+
+
+def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now: datetime, age_hours: int,
+          age_setting: str, allow_scripts: bool, run_scripts: Callable[[Path], None],
+          pinned: InstalledPackage | None = None) -> tuple[InstalledPackage, Path]:
+    """Fetch ``request`` into a new (uncommitted) store entry; return its record and directory.
+
+    ``pinned``: the entry this request had before (``warden update``); the same version with other bytes is
+    refused. ``run_scripts(prefix)`` runs the install scripts of the prefix in a sandbox (called only when
+    some package has one and ``allow_scripts``).
+
+    Raises:
+        IntakeError: see the module docstring; nothing is left in the store.
+    """
+    npm = npm_env(env, store)
+    meta = _view([request.name, "time", "dist-tags"], env=npm, name=request.name)
+    times: dict[str, str] = meta.get("time", {}) if isinstance(meta, dict) else {}
+    candidates = _view([request.requirement, "version"], env=npm, name=request.name)
+    candidate = str(candidates[-1] if isinstance(candidates, list) else candidates)
+    exact = request.spec is not None and set(request.spec) <= _EXACT
+    limit = cutoff(now, age_hours)
+    young = limit is not None and (times.get(candidate) is None or parse_time(times[candidate]) > limit)
+    if exact or not young:
+        check_release_age(request.name, candidate, times.get(candidate), now=now, hours=age_hours,
+                          setting=age_setting)
+    target = f"{request.name}@{candidate}" if not young else request.requirement
+    # The prefix lives one level below a 0700 directory: only warden (and, for install scripts, the one sandbox it
+    # is bound into) can reach it, even when it is made writable for a sandbox uid.
+    scratch = Path(tempfile.mkdtemp(prefix="warden-intake-"))
+    staging = scratch / "prefix"
+    try:
+        staging.mkdir()
+        (staging / "package.json").write_text('{"name": "warden-intake", "private": true}\n')
+        args = [NPM, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--save-exact",
+                "--prefix", str(staging)]
+        if limit is not None:
+            args.append(f"--before={rfc3339(limit)}")
+        try:
+            run_client([*args, target], env=npm, cwd=str(staging), what=f"fetch {target}")
+        except ClientFailed as exc:
+            if "EINTEGRITY" in exc.stderr:
+                raise IntakeError(f"a tarball of {target} does not match the integrity the registry publishes for "
+                                  f"it: {last_lines(exc.stderr, 2)}",
+                                  hint="the registry or a proxy serves altered bytes; nothing was installed. "
+                                       "Report it to the registry's operator") from exc
+            if young and any(code in exc.stderr for code in ("ETARGET", "ENOVERSIONS", "No matching version")):
+                check_release_age(request.name, candidate, times.get(candidate), now=now, hours=age_hours,
+                                  setting=age_setting)
+            if unreachable(exc.stderr):
+                raise IntakeError(f"the npm registry could not be reached to fetch {target}: "
+                                  f"{unreachable_reason(exc.stderr)}", hint="check the network and ~/.npmrc") from exc
+            raise
+        version, integrity, scripts, packages = _check_installed(
+            request, staging, env=npm, times=times, now=now, age_hours=age_hours, age_setting=age_setting,
+            allow_scripts=allow_scripts, pinned=pinned)
+        if scripts:
+            run_scripts(staging)
+        check_contained(staging)
+        dependencies = {path.rsplit("node_modules/", 1)[-1]: str(entry.get("version", ""))
+                        for path, entry in packages.items()
+                        if "node_modules/" in path and path != f"node_modules/{request.name}"}
+        programs = _programs(staging, request.name)
+        entry_id, entry = store.new_entry("npm", request.name, version)
+        open_for_sandboxes(staging)
+        try:
+            shutil.move(str(staging), entry)  # another filesystem, usually: a copy, so undo a partial one
+        except BaseException:
+            store.discard(entry)
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        record = InstalledPackage(
+            id=entry_id, ecosystem="npm", name=request.name, version=version, requested=request.key,
+            published=times.get(version), integrity=integrity, lockfile="package-lock.json",
+            lock_digest=file_digest(entry / "package-lock.json"), tree_digest=tree_digest(entry),
+            dependencies=dict(sorted(dependencies.items())), install_scripts=scripts, scripts_ran=bool(scripts),
+            programs=programs, fetched_at=rfc3339(now))
+    except BaseException:
+        store.discard(entry)
+        raise
+    return record, entry

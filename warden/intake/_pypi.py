@@ -1,0 +1,217 @@
+"""PyPI intake with uv: resolve to a ``pylock.toml`` (PEP 751) with hashes, install wheels only, byte-compile.
+
+* ``uv pip compile --only-binary :all: --generate-hashes --format pylock.toml`` resolves against the user's index
+  (uv reads ``uv.toml`` and ``UV_*`` itself; a ``pipx run`` command also gets pip's ``index-url`` /
+  ``extra-index-url`` from ``PIP_*`` and ``pip.conf``). ``--exclude-newer`` is uv's release-age gate; warden
+  checks the chosen version's upload time in the lock again (:mod:`._gate`).
+* ``uv pip install -r pylock.toml --only-binary :all:`` installs exactly the locked wheels and checks each
+  against the lock's sha256 (the index's hash). No sdist is built: a package with only an sdist is refused,
+  named.
+* The virtualenv is byte-compiled with ``python -I -S -m compileall`` (compileall parses; ``-S`` keeps even a
+  package's ``.pth`` file from running), so the sandbox, which cannot write ``__pycache__``, starts as fast as
+  a direct run.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import re
+import shutil
+import tempfile
+import tomllib
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from warden.errors import IntakeError
+from warden.escape import for_terminal
+from warden.intake._client import ClientFailed, last_lines, run_client, unreachable, unreachable_reason
+from warden.intake._gate import check_release_age, cutoff, rfc3339
+from warden.intake._spec import PackageRequest, normalize_pypi_name
+from warden.intake._store import InstalledPackage, Store, file_digest, open_for_sandboxes, tree_digest
+
+DEFAULT_PYTHON = "/usr/bin/python3"
+_VENV_FILES = re.compile(r"(activate.*|deactivate.*|python(\d+(\.\d+)?)?|pydoc.*|.*\.(bat|ps1|csh|fish|nu|xsh))")
+_NO_WHEEL = re.compile(r"(no usable wheels|building from source is disabled|only (has|provides) an sdist|"
+                       r"no wheels? (with a matching|are available))", re.IGNORECASE)
+_NOT_FOUND = re.compile(r"not found in the package regist|was not found in the package|no versions of",
+                        re.IGNORECASE)
+
+
+def uv_binary() -> str:
+    """The uv executable warden depends on (the ``uv`` wheel), else one on PATH."""
+    try:
+        from uv import find_uv_bin
+
+        return str(find_uv_bin())
+    except (ImportError, FileNotFoundError):
+        return shutil.which("uv") or "uv"
+
+
+def pip_index_options(env: Mapping[str, str]) -> list[str]:
+    """pip's index settings as uv options: ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL``, else the pip.conf files
+    pip reads (site, then user; later ones win)."""
+    index, extra = env.get("PIP_INDEX_URL"), env.get("PIP_EXTRA_INDEX_URL")
+    if index is None and extra is None:
+        home = env.get("HOME", "/nonexistent")
+        files = ["/etc/pip.conf", "/etc/xdg/pip/pip.conf",
+                 os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
+                 os.path.join(home, ".pip", "pip.conf")]
+        if env.get("PIP_CONFIG_FILE"):
+            files.append(env["PIP_CONFIG_FILE"])
+        parser = configparser.ConfigParser(interpolation=None)
+        parser.read([f for f in files if os.path.isfile(f)], encoding="utf-8")
+        if parser.has_section("global"):
+            index = parser.get("global", "index-url", fallback=None)
+            extra = parser.get("global", "extra-index-url", fallback=None)
+    options = ["--index-url", index.strip()] if index else []
+    for url in (extra or "").split():
+        options += ["--extra-index-url", url]
+    return options
+
+
+def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
+    out = dict(env)
+    out.update({"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
+    return out
+
+
+def _compile(request: PackageRequest, *, store: Store, env: Mapping[str, str], python: str, index: list[str],
+             exclude_newer: str | None, out: Path) -> dict[str, Any]:
+    args = [uv_binary(), "pip", "compile", "-", "--format", "pylock.toml", "--generate-hashes",
+            "--only-binary", ":all:", "--python", python, "--cache-dir", str(store.cache("uv")), "-q",
+            "--no-header", "-o", str(out), *index]
+    if exclude_newer is not None:
+        args += ["--exclude-newer", exclude_newer]
+    run_client(args, env=env, cwd=str(out.parent), what=f"resolve {request.requirement}",
+               stdin=(request.requirement + "\n").encode())
+    try:
+        return tomllib.loads(out.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise IntakeError(f"uv wrote a pylock.toml for {request.requirement} that cannot be read",
+                          hint="check the uv version") from exc
+
+
+def _top(lock: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    wanted = normalize_pypi_name(name)
+    for package in lock.get("packages", []):
+        if isinstance(package, dict) and normalize_pypi_name(str(package.get("name", ""))) == wanted:
+            return package
+    raise IntakeError(f"the resolution of {name} does not contain {name}", hint="report this to warden")
+
+
+def _published(package: Mapping[str, Any]) -> str | None:
+    times = [wheel.get("upload-time") for wheel in package.get("wheels", []) if isinstance(wheel, dict)]
+    present = [t if isinstance(t, str) else rfc3339(t) for t in times if isinstance(t, str | datetime)]
+    return min(present) if present else None
+
+
+def _hashes(package: Mapping[str, Any]) -> str:
+    found = sorted(str(wheel.get("hashes", {}).get("sha256", "")) for wheel in package.get("wheels", [])
+                   if isinstance(wheel, dict))
+    return ",".join(f"sha256:{h}" for h in found if h)
+
+
+def _explain(exc: ClientFailed, request: PackageRequest) -> IntakeError:
+    if _NO_WHEEL.search(exc.stderr):
+        named = re.search(r"Because (\S+?)(?:==\S+)? (?:has no|was only)", exc.stderr)
+        package = named.group(1) if named else request.name
+        return IntakeError(f"{package} has no wheel for this platform (only a source distribution), and warden does "
+                           "not build packages on the host: a build runs the package's own code",
+                           hint=f"ask for a version of {package} that publishes a wheel")
+    if _NOT_FOUND.search(exc.stderr):
+        return IntakeError(f"the package index has no package {request.name!r}: {last_lines(exc.stderr, 2)}",
+                           hint="check the package name, and the index in uv.toml / UV_INDEX_URL / pip.conf")
+    if unreachable(exc.stderr):
+        return IntakeError(f"the package index could not be reached to resolve {request.requirement}: "
+                           f"{unreachable_reason(exc.stderr)}",
+                           hint="check the network and the index settings (uv.toml, UV_INDEX_URL, pip.conf)")
+    return exc
+
+
+def _name_what_the_gate_kept_out(request: PackageRequest, *, store: Store, env: Mapping[str, str], python: str,
+                                 index: list[str], out: Path, now: datetime, hours: int, setting: str) -> None:
+    """When nothing old enough resolves, resolve without the gate: if that works, refuse naming the version the
+    gate kept out (its upload time, the setting); otherwise return and let the caller report the first error."""
+    try:
+        ungated = _compile(request, store=store, env=env, python=python, index=index, exclude_newer=None, out=out)
+    except ClientFailed:
+        return
+    top = _top(ungated, request.name)
+    check_release_age(request.name, str(top.get("version")), _published(top), now=now, hours=hours, setting=setting)
+
+
+def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now: datetime, age_hours: int,
+          age_setting: str, python: str = DEFAULT_PYTHON,
+          pinned: InstalledPackage | None = None) -> tuple[InstalledPackage, Path]:
+    """Fetch ``request`` into a new (uncommitted) store entry; return its record and directory.
+
+    Raises:
+        IntakeError: unknown package, unreachable index, no wheel, the release-age gate, a hash mismatch, or the
+            same version republished with other bytes than ``pinned``; nothing is left in the store.
+    """
+    uv_env = _uv_env(env)
+    index = pip_index_options(env) if request.runner == "pipx" else []
+    limit = cutoff(now, age_hours)
+    scratch = Path(tempfile.mkdtemp(prefix="warden-intake-"))
+    try:
+        lock_file = scratch / "pylock.toml"
+        try:
+            lock = _compile(request, store=store, env=uv_env, python=python, index=index,
+                            exclude_newer=None if limit is None else rfc3339(limit), out=lock_file)
+        except ClientFailed as exc:
+            explained = _explain(exc, request)
+            if limit is not None and explained is exc:
+                _name_what_the_gate_kept_out(request, store=store, env=uv_env, python=python, index=index,
+                                             out=scratch / "pylock.ungated.toml", now=now, hours=age_hours,
+                                             setting=age_setting)
+            raise explained from exc
+        top = _top(lock, request.name)
+        version = for_terminal(str(top.get("version", "")))  # uv parsed it as PEP 440; escaped all the same
+        published = _published(top)
+        check_release_age(request.name, version, published, now=now, hours=age_hours, setting=age_setting)
+        integrity = _hashes(top)
+        if pinned is not None and pinned.version == version and pinned.integrity != integrity:
+            raise IntakeError(f"{request.name} {version} was republished with other bytes: the index's hashes are "
+                              f"now {integrity}, warden pinned {pinned.integrity} at intake",
+                              hint="a version number must never change its content; keep the pinned entry and "
+                                   "report it to the package's maintainers and the index")
+        entry_id, entry = store.new_entry("pypi", normalize_pypi_name(request.name), version)
+        try:
+            cache = ["--cache-dir", str(store.cache("uv"))]
+            run_client([uv_binary(), "venv", str(entry), "--python", python, "-q", *cache], env=uv_env, cwd=None,
+                       what=f"create the environment of {request.name}")
+            try:
+                run_client([uv_binary(), "pip", "install", "--python", str(entry / "bin" / "python"), "-r",
+                            str(lock_file), "--only-binary", ":all:", "-q", *cache, *index],
+                           env=uv_env, cwd=str(scratch), what=f"install {request.name} {version}")
+            except ClientFailed as exc:
+                if "hash" in exc.stderr.lower():
+                    raise IntakeError(f"a wheel of {request.name} {version} (or of a dependency) does not match "
+                                      f"the sha256 the index publishes: {last_lines(exc.stderr, 2)}",
+                                      hint="the index or a proxy serves altered bytes; nothing was installed. "
+                                           "Report it to the index's operator") from exc
+                raise _explain(exc, request) from exc
+            shutil.copyfile(lock_file, entry / "pylock.toml")
+            run_client([str(entry / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j0",
+                        str(entry / "lib")], env={"PATH": "/usr/bin:/bin"}, cwd=None,
+                       what=f"byte-compile {request.name}")
+            programs = {p.name: f"bin/{p.name}" for p in sorted((entry / "bin").iterdir())
+                        if not _VENV_FILES.fullmatch(p.name) and p.is_file()}
+            open_for_sandboxes(entry)
+            dependencies = {normalize_pypi_name(str(p.get("name"))): str(p.get("version"))
+                            for p in lock.get("packages", []) if isinstance(p, dict) and p is not top}
+            record = InstalledPackage(
+                id=entry_id, ecosystem="pypi", name=normalize_pypi_name(request.name), version=version,
+                requested=request.key, published=published, integrity=integrity, lockfile="pylock.toml",
+                lock_digest=file_digest(entry / "pylock.toml"), tree_digest=tree_digest(entry),
+                dependencies=dict(sorted(dependencies.items())), install_scripts=[], scripts_ran=False,
+                programs=programs, fetched_at=rfc3339(now), python=python)
+        except BaseException:
+            store.discard(entry)
+            raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return record, entry

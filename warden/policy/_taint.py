@@ -1,0 +1,188 @@
+"""The taint ledger: which flow sources have returned content into which host session.
+
+One file per host session, ``<state>/flow/<session>.json``, so that every warden process serving the same host
+session (two ``warden run`` started by one host share its session key) sees the same taint, and so that a human --
+and only a human -- clears it: ``warden flow clear SESSION`` removes the file, and the next sink decision of every
+process sees the session clean. Nothing in the gateway ever removes a mark.
+
+Reads are one ``stat`` while the file is unchanged (its identity and size are remembered); a mark is written under
+an exclusive lock on the directory's lock file, read-modify-write, atomically replaced (fsync'd: a refused sink
+must not become allowed because the machine crashed between a source and the sink).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final, final
+
+from warden.durable import replace_file
+from warden.errors import StateError
+from warden.paths import ensure_private_dir, read_private_file
+from warden.policy._flow import TaintMark
+
+__all__ = ["MAX_MARKS", "TaintLedger", "TaintedSession", "check_session_key", "clear_session", "flow_dir",
+           "host_process_session", "host_session_ended", "tainted_sessions"]
+
+_SESSION: Final = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+MAX_MARKS: Final = 64
+"""Marks kept per session: the first source is the evidence that matters; later ones are kept up to this bound."""
+_MAX_FILE: Final = 256 * 1024
+
+
+def host_process_session(pid: int) -> str | None:
+    """The session key of a stdio host: its process (pid, start time, boot), so every ``warden run`` one host
+    started shares one session and its taint, and a new host process -- or a reused pid -- starts clean. None
+    when ``/proc`` cannot say (the caller keeps a per-process session). A host that starts warden through a
+    wrapper (a shell, ``npx``) gives each server its own wrapper, hence its own session: taint then stays per
+    server, never wider than it should."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read(4096)
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read(64).strip()[:8].decode("ascii", "replace")
+        start = stat[stat.rindex(b")") + 2:].split()[19].decode("ascii")
+    except (OSError, ValueError, IndexError):
+        return None
+    return check_session_key(f"host-{boot}-{pid}-{start}")
+
+
+def host_session_ended(session: str) -> bool:
+    """Whether a ``host-...`` session's host process is gone (another boot, or that pid now started at another
+    time). False for other sessions and whenever ``/proc`` cannot tell: only a sure answer counts."""
+    parts = session.split("-")
+    if len(parts) != 4 or parts[0] != "host" or not parts[2].isdigit():
+        return False
+    now = host_process_session(int(parts[2]))
+    if now is not None:
+        return now != session
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as f:
+            boot = f.read(64).strip()[:8].decode("ascii", "replace")
+    except OSError:
+        return False
+    return boot != parts[1] or not Path(f"/proc/{parts[2]}").exists()
+
+
+def flow_dir(state_dir: Path) -> Path:
+    return state_dir / "flow"
+
+
+def check_session_key(session: str) -> str:
+    """A session key is a file name: letters, digits, ``_ . -``, at most 128 (never ``.`` or ``..``)."""
+    if not _SESSION.fullmatch(session) or session in (".", ".."):
+        raise StateError(f"{session!r} is not a session key", hint="copy it from `warden flow list`")
+    return session
+
+
+def _parse(raw: bytes, path: Path) -> tuple[TaintMark, ...]:
+    try:
+        doc = json.loads(raw)
+        return tuple(TaintMark(str(m["server"]), str(m["tool"]), m["index"] if isinstance(m["index"], int) else None)
+                     for m in doc["marks"])
+    except (ValueError, KeyError, TypeError) as exc:
+        # Unreadable taint must not read as "clean": the caller treats this as tainted by an unknown source.
+        raise StateError(f"taint ledger {path} is not readable: {exc}",
+                         hint=f"inspect it; `warden flow clear {path.stem}` removes it") from exc
+
+
+@final
+class TaintLedger:
+    """The taint of one host session, as one warden process sees it."""
+
+    def __init__(self, state_dir: Path, session: str) -> None:
+        self.session = check_session_key(session)
+        self.dir = flow_dir(state_dir)
+        self.path = self.dir / f"{session}.json"
+        self._seen: tuple[int, int, int] | None = None
+        self._marks: tuple[TaintMark, ...] = ()
+
+    def marks(self) -> tuple[TaintMark, ...]:
+        """The session's marks now (another process's marks and a human's clearing count at once).
+
+        Raises:
+            StateError: the ledger exists but cannot be read (the caller must refuse sinks, not allow them).
+        """
+        try:
+            st = os.stat(self.path, follow_symlinks=False)
+        except FileNotFoundError:
+            self._seen, self._marks = None, ()
+            return ()
+        key = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key != self._seen:
+            raw = read_private_file(self.path, _MAX_FILE, what="taint ledger")
+            self._marks = () if raw is None else _parse(raw, self.path)
+            self._seen = key
+        return self._marks
+
+    def mark(self, mark: TaintMark, *, client: str | None = None) -> None:
+        """Add ``mark`` (a source's content reached this session). Durable when it returns.
+
+        Raises:
+            StateError: the ledger could not be written (the caller refuses sinks from now on).
+        """
+        ensure_private_dir(self.dir)
+        with self._locked():
+            current = self.marks()
+            if mark in current or len(current) >= MAX_MARKS:
+                return
+            doc: dict[str, Any] = {"session": self.session, "client": client,
+                                   "marks": [{"server": m.server, "tool": m.tool, "index": m.index}
+                                             for m in (*current, mark)]}
+            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                replace_file(fd, self.path.name, json.dumps(doc, sort_keys=True).encode())
+            except OSError as exc:
+                raise StateError(f"cannot write taint ledger {self.path}: {exc.strerror}") from exc
+            finally:
+                os.close(fd)
+            self._seen = None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class TaintedSession:
+    session: str
+    client: str | None
+    marks: tuple[TaintMark, ...]
+
+
+def tainted_sessions(state_dir: Path) -> list[TaintedSession]:
+    """Every session with taint, for ``warden flow list``."""
+    out: list[TaintedSession] = []
+    directory = flow_dir(state_dir)
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob("*.json")):
+        raw = read_private_file(path, _MAX_FILE, what="taint ledger")
+        if raw is None:
+            continue
+        marks = _parse(raw, path)  # StateError, naming the file, for anything unreadable
+        client = json.loads(raw).get("client")
+        out.append(TaintedSession(path.stem, client if isinstance(client, str) else None, marks))
+    return out
+
+
+def clear_session(state_dir: Path, session: str) -> bool:
+    """A human clears a session's taint (``warden flow clear``). True if there was any."""
+    path = flow_dir(state_dir) / f"{check_session_key(session)}.json"
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        return False
+    return True
