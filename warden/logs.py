@@ -79,11 +79,15 @@ class _SafeFormatter(logging.Formatter):
             return f"warden: {record.levelname}: {self._withheld()}"
         return _cut(line, MAX_LINE)
 
+    def shown_or_withheld(self, text: str, *, keep_newlines: bool = False) -> str:
+        out = self.shown(text, keep_newlines=keep_newlines)
+        return self._withheld() if out is None else out  # not `or`: an empty text stays empty
+
     def formatException(self, ei: Any) -> str:
-        return self.shown(super().formatException(ei), keep_newlines=True) or self._withheld()
+        return self.shown_or_withheld(super().formatException(ei), keep_newlines=True)
 
     def formatStack(self, stack_info: str) -> str:
-        return self.shown(stack_info, keep_newlines=True) or self._withheld()
+        return self.shown_or_withheld(stack_info, keep_newlines=True)
 
 
 def _cut(line: str, limit: int) -> str:
@@ -136,7 +140,7 @@ def shown(text: str, *, keep_newlines: bool = False, limit: int | None = None) -
     ``keep_newlines`` is for a block warden laid out in lines (a traceback); ``limit`` cuts the result to that many
     characters, after redaction and escaping, so a cut never leaves half a secret or half an escape behind.
     """
-    out = _formatter.shown(text, keep_newlines=keep_newlines) or _formatter._withheld()
+    out = _formatter.shown_or_withheld(text, keep_newlines=keep_newlines)
     return out if limit is None else _cut(out, limit)
 
 
