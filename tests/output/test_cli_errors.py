@@ -11,7 +11,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.support import PYTHON, WARDEN
+from tests.support import PYTHON, WARDEN, shows_a_crash
 from warden import logs
 from warden.escape import char_class, for_terminal
 from warden.secrets import Redactor
@@ -127,8 +127,10 @@ def test_an_internal_error_is_one_escaped_line_and_exit_70(tmp_path: Path, state
     message.write_text(NASTY_NUL, encoding="utf-8")
     done = _buggy(message, "pins", "list")
     assert done.returncode == os.EX_SOFTWARE == 70
-    assert _safe_lines(done.stderr) == [f"warden: internal error: RuntimeError: {NASTY_NUL_SHOWN}", BUG_HINT]
+    lines = _safe_lines(done.stderr)
+    assert lines == [f"warden: internal error: RuntimeError: {NASTY_NUL_SHOWN}", BUG_HINT]
     assert b"Traceback" not in done.stderr
+    assert shows_a_crash(lines[0])  # what the fuzz batteries look for in warden's stderr
     message.write_text(NASTY_NUL + "y" * 5000, encoding="utf-8")
     done = _buggy(message, "pins", "list")
     assert done.returncode == 70
