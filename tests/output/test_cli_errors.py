@@ -108,17 +108,18 @@ from pathlib import Path
 import warden.cli.pins
 
 def bug(ctx, args):
-    raise RuntimeError(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    error = RuntimeError(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    raise ExceptionGroup("unhandled errors", [error, ValueError("second")]) if sys.argv[2] == "group" else error
 
 warden.cli.pins.list_command = bug
 from warden.cli import main
-sys.exit(main(sys.argv[2:]))
+sys.exit(main(sys.argv[3:]))
 """
 
 
-def _buggy(message: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run([PYTHON, "-c", _BUGGY, str(message), *args], capture_output=True, timeout=60,
-                          check=False, stdin=subprocess.DEVNULL)
+def _buggy(message: Path, *args: str, group: bool = False) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run([PYTHON, "-c", _BUGGY, str(message), "group" if group else "plain", *args],
+                          capture_output=True, timeout=60, check=False, stdin=subprocess.DEVNULL)
 
 
 def test_an_internal_error_is_one_escaped_line_and_exit_70(tmp_path: Path, state_dir: Path) -> None:
@@ -137,6 +138,11 @@ def test_an_internal_error_is_one_escaped_line_and_exit_70(tmp_path: Path, state
     line, hint = _safe_lines(done.stderr)
     assert line == f"warden: internal error: RuntimeError: {NASTY_NUL_SHOWN}{'y' * 300}"[:300 + 8] + "…"
     assert hint == BUG_HINT
+    message.write_text(NASTY_NUL, encoding="utf-8")
+    done = _buggy(message, "pins", "list", group=True)  # what a nursery raises: its first leaf is named
+    assert done.returncode == 70
+    assert _safe_lines(done.stderr) == [
+        f"warden: internal error: RuntimeError (first of 2 in an exception group): {NASTY_NUL_SHOWN}", BUG_HINT]
 
 
 def test_with_vv_the_traceback_follows_escaped_redacted_and_prefixed(tmp_path: Path, state_dir: Path) -> None:

@@ -29,7 +29,7 @@ from warden.cli import policy as policy
 from warden.cli import run as run
 from warden.cli import scan as scan
 from warden.cli import secrets as secrets
-from warden.cli._common import CommandContext, print_error, print_traceback
+from warden.cli._common import CommandContext, _leaves, print_error, print_traceback
 from warden.errors import WardenError
 from warden.paths import resolve_state_dir
 from warden.secrets import load_redactor
@@ -134,15 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _report_bug(exc: Exception, traceback: bool) -> None:
-    print_error(f"internal error: {type(exc).__qualname__}: {exc}", limit=_BUG_MESSAGE_CHARS)
-    if traceback:
+def _report_bug(exc: Exception, with_traceback: bool) -> None:
+    leaves = _leaves(exc) if isinstance(exc, BaseExceptionGroup) else [exc]
+    first = leaves[0] if leaves else exc  # a nursery's group says little; its first leaf says what broke
+    group = f" (first of {len(leaves)} in an exception group)" if first is not exc else ""
+    print_error(f"internal error: {type(first).__qualname__}{group}: {first}", limit=_BUG_MESSAGE_CHARS)
+    if with_traceback:
         print_traceback(exc)
         print_error("hint: this is a bug in warden; please report it with the output above")
     else:
         print_error("hint: this is a bug in warden; please report it with the output of the same command run as "
                     "`warden -vv …` (it adds the traceback)")
-
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
