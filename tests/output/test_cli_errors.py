@@ -198,3 +198,15 @@ def test_shown_keeps_printable_text_that_holds_no_secret(text: str) -> None:
         assert logs.shown(text) == text
     finally:
         logs.use_redactor(Redactor())
+
+
+def test_python_dash_m_warden_is_the_same_entry_point(state_dir: Path) -> None:
+    """``python -m warden`` runs the console script's ``main``: the same usage error, escaped and redacted the same
+    way, with the same exit status."""
+    _register_secret(state_dir)
+    module = subprocess.run([PYTHON, "-m", "warden", "pins", "list", "s", NASTY], capture_output=True, timeout=60,
+                            check=False, stdin=subprocess.DEVNULL)
+    script = _warden("pins", "list", "s", NASTY)
+    assert (module.returncode, module.stdout) == (2, b"")
+    assert _safe_lines(module.stderr)[-1] == f"warden: error: unrecognized arguments: {NASTY_SHOWN}"
+    assert module.stderr.replace(b"__main__.py", b"warden") == script.stderr
