@@ -124,7 +124,8 @@ async def test_a_variable_the_host_meant_for_the_server_is_named_not_passed(isol
     """The host gives ``GITHUB_PERSONAL_ACCESS_TOKEN`` to ``warden run`` (as a host file's ``env`` does), the
     policy does not pass it: warden warns with the variable's name and the line to add, never the value, and the
     server does not get it."""
-    env = {**os.environ, "GITHUB_PERSONAL_ACCESS_TOKEN": CANARY}
+    # a CI machine may have GITHUB_* variables of its own; they would be named too, rightly
+    env = {**{k: v for k, v in os.environ.items() if "GITHUB" not in k.upper()}, "GITHUB_PERSONAL_ACCESS_TOKEN": CANARY}
     host = await RawHost.start([WARDEN, "run", "--name", "github", "--", PYTHON, str(FIXTURES / "env_server.py")],
                                stderr=subprocess.PIPE, env=env)
     assert host.process.stderr is not None

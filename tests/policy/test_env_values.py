@@ -115,6 +115,10 @@ def test_unpassed_env_names_what_the_host_meant_for_the_server() -> None:
     assert unpassed_env("github", argv, {"GITHUB_PERSONAL_ACCESS_TOKEN": "${env:X}"}, host_env) == []
     assert unpassed_env("mem", ("npx", "-y", "@modelcontextprotocol/server-memory"), {}, host_env) == \
         ["MEMORY_FILE_PATH"]
+    # the directories of an interpreter or script path are not the server's name (CI ran from /check/work)
+    noisy = {**host_env, "PIP_DISABLE_PIP_VERSION_CHECK": "1", "NODE_ENV": "production", "WORK_DIR": "/w"}
+    assert unpassed_env("github", ("/check/work/main/.venv/bin/python3", "/check/work/tests/env_server.py"), {},
+                        noisy) == ["GITHUB_PERSONAL_ACCESS_TOKEN"]
     warning = unpassed_env_warning("github", argv, {"DEBUG": "${env:DEBUG}"}, host_env, "/c/warden.toml")
     assert warning is not None
     assert CANARY not in warning

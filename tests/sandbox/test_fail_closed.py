@@ -9,7 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -159,20 +161,32 @@ def test_missing_libseccomp_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     assert info.value.hint == "install libseccomp: apt-get install libseccomp2"
 
 
-async def test_setup_failure_after_clone_is_refused_not_reported_as_a_crash(state_dir: Path, host_dir: Path) -> None:
+@pytest.mark.parametrize("late", [0.0, 1.0], ids=["at-once", "bwrap-gone-before-the-go-byte"])
+async def test_setup_failure_after_clone_is_refused_not_reported_as_a_crash(state_dir: Path, host_dir: Path,
+                                                                            late: float) -> None:
     """A read dir that vanishes between planning and bwrap's setup: bwrap fails inside the new namespaces, after
-    it reported the child pid; the ready marker never comes, so warden refuses."""
+    it reported the child pid; the ready marker never comes, so warden refuses. ``late``: warden is slow to send
+    the go byte, so bwrap has already exited and the write meets a closed pipe (EPIPE, seen once in CI), which
+    must end in the same refusal, not a BrokenPipeError."""
     doomed = host_dir / "doomed"
     doomed.mkdir()
     launcher = BwrapLauncher(SandboxSettings(read_dirs=(str(doomed),)), state_dir=state_dir)
-    original = launcher._plan
+    original, prepare = launcher._plan, launcher._prepare
 
     def plan_then_remove(*args: object, **kwargs: object) -> object:
         plan = original(*args, **kwargs)  # type: ignore[arg-type]
         doomed.rmdir()
         return plan
 
+    async def slow_prepare(*args: Any, **kwargs: Any) -> None:
+        if not late:
+            return await prepare(*args, **kwargs)
+        # warden's own preparation would notice the dead sandbox first; skip it and just be slow, in real time
+        # (trio's clock may be virtual here), so that bwrap has exited before the go byte is written
+        time.sleep(late)
+
     launcher._plan = plan_then_remove  # type: ignore[method-assign]
+    launcher._prepare = slow_prepare  # type: ignore[method-assign]
     with pytest.raises(SandboxUnavailable, match=f"the sandbox could not be set up: bwrap: Can't find source path "
                                                  f"{doomed}: No such file or directory"):
         await launcher.launch(LaunchSpec(argv=tuple(probe_argv("sleep", {}))))

@@ -126,7 +126,7 @@ _SESSION_PREFIXES: Final = ("LC_", "XDG_", "DBUS_", "SSH_", "TERM_", "GPG_", "WA
 _GENERIC_WORDS: Final = frozenset({"mcp", "server", "servers", "modelcontextprotocol", "model", "context",
                                    "protocol", "npx", "uvx", "node", "python", "python3", "run", "main", "index",
                                    "dist", "cli", "app", "the", "official", "src", "bin", "lib", "usr", "home",
-                                   "modules", "local", "opt", "var", "tmp", "root", "build"})
+                                   "modules", "local", "opt", "var", "tmp", "root", "build", "env"})
 
 
 def _words(text: str) -> set[str]:
@@ -136,11 +136,14 @@ def _words(text: str) -> set[str]:
 def unpassed_env(server: str, argv: Sequence[str], passed: Iterable[str], host_env: Mapping[str, str]) -> list[str]:
     """Variables of warden's environment that the host plainly set for this server but that policy does not pass:
     not an ordinary session variable, and named after the server (a word of the server's name or of its command,
-    ``GITHUB_…`` for ``server-github``, ``MEMORY_FILE_PATH`` for ``server-memory``). Sorted names, never values."""
+    ``GITHUB_…`` for ``server-github``, ``MEMORY_FILE_PATH`` for ``server-memory``). Of a command word only the
+    last path component counts: the directories an interpreter or script lives in (``/check/work/.venv/bin``)
+    say nothing about the server and would otherwise name ``PIP_DISABLE_PIP_VERSION_CHECK``. Sorted names, never
+    values."""
     words = _words(server)
     for arg in argv[:4]:
         if not arg.startswith("-"):
-            words |= _words(arg)
+            words |= _words(arg.rstrip("/").rpartition("/")[2])
     passed_set = set(passed)
     out = []
     for name in host_env:
