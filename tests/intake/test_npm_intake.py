@@ -171,6 +171,26 @@ def test_a_tarball_whose_hash_differs_from_the_packument_is_refused(
     assert store_entries(state_dir) == []
 
 
+def test_the_machines_global_npmrc_is_honoured_by_the_install_too(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        fresh_home: Path) -> None:
+    """The registry configuration may live only in npm's global config (``$PREFIX/etc/npmrc``: a machine's cafile
+    for a TLS-inspecting proxy, a company registry). ``npm view`` read it, but ``npm install --prefix DIR`` moved
+    npm's global prefix to DIR and so read DIR/etc/npmrc instead: the install went to another registry (behind a
+    proxy with its own CA: SELF_SIGNED_CERT_IN_CHAIN) and failed. Found by tests/e2e/test_adoption.py."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    (fresh_home / ".npmrc").unlink()
+    machine = tmp_path / "machine-prefix"
+    (machine / "etc").mkdir(parents=True)
+    (machine / "etc" / "npmrc").write_text(npm_registry.npmrc())
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    result = take_in(request, state_dir=state_dir, env={**host_env, "PREFIX": str(machine)})
+    assert (result.record.name, result.record.version) == (name, "1.0.0")
+    assert client_caches(fresh_home) == []
+
+
 def test_a_package_that_does_not_exist_is_named(state_dir: Path, host_env: dict[str, str]) -> None:
     request = parse_runner(["npx", "-y", "warden-no-such-package"])
     assert request is not None
