@@ -33,6 +33,10 @@ lint: $(VENV)/.installed
 typecheck: $(VENV)/.installed
 	$(BIN)/mypy --strict warden
 
+# Test files run in parallel, one file per worker at a time (module fixtures stay per file); override with
+# PYTEST_ARGS= to run in one process.
+PYTEST_ARGS ?= -n auto --dist loadfile
+
 pytest: setup
 	$(BIN)/pytest $(PYTEST_ARGS)
 

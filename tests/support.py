@@ -92,6 +92,12 @@ write_dirs = {json.dumps(writable)}
     return path
 
 
+def shows_a_crash(line: str) -> bool:
+    """A line of warden's stderr that reports a crash: a traceback (the log writes one for an error warden caught)
+    or the one line the ``warden`` command prints for an exception nothing caught (it then exits 70)."""
+    return "Traceback" in line or "warden: internal error: " in line
+
+
 def through_warden(argv: list[str], *warden_args: str) -> list[str]:
     """The command line that runs ``argv`` behind ``warden run``."""
     return [WARDEN, "run", *warden_args, "--", *argv]

@@ -77,13 +77,21 @@ class _SafeFormatter(logging.Formatter):
         line = self.shown(super().formatMessage(record))
         if line is None:
             return f"warden: {record.levelname}: {self._withheld()}"
-        return line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…"
+        return _cut(line, MAX_LINE)
+
+    def shown_or_withheld(self, text: str, *, keep_newlines: bool = False) -> str:
+        out = self.shown(text, keep_newlines=keep_newlines)
+        return self._withheld() if out is None else out  # not `or`: an empty text stays empty
 
     def formatException(self, ei: Any) -> str:
-        return self.shown(super().formatException(ei), keep_newlines=True) or self._withheld()
+        return self.shown_or_withheld(super().formatException(ei), keep_newlines=True)
 
     def formatStack(self, stack_info: str) -> str:
-        return self.shown(stack_info, keep_newlines=True) or self._withheld()
+        return self.shown_or_withheld(stack_info, keep_newlines=True)
+
+
+def _cut(line: str, limit: int) -> str:
+    return line if len(line) <= limit else line[:limit] + "…"
 
 
 _listener: logging.handlers.QueueListener | None = None
@@ -125,10 +133,15 @@ def configure_command(level: int, registry: Callable[[], Redactor], stream: Text
         root.setLevel(level)
 
 
-def shown(text: str) -> str:
+def shown(text: str, *, keep_newlines: bool = False, limit: int | None = None) -> str:
     """``text`` (a message warden prints that may quote a server: an error, a hint) as the log shows it: redacted
-    and escaped for a terminal; a note in its place when the registry cannot be read."""
-    return _formatter.shown(text) or _formatter._withheld()
+    and escaped for a terminal; a note in its place when the registry cannot be read.
+
+    ``keep_newlines`` is for a block warden laid out in lines (a traceback); ``limit`` cuts the result to that many
+    characters, after redaction and escaping, so a cut never leaves half a secret or half an escape behind.
+    """
+    out = _formatter.shown_or_withheld(text, keep_newlines=keep_newlines)
+    return out if limit is None else _cut(out, limit)
 
 
 def shutdown() -> None:

@@ -17,7 +17,7 @@ import pytest
 import trio
 
 from tests.http_server.warden_http import ACCEPT, META, MODERN, WardenHttp, warden_http
-from tests.support import HUGE, RAWSERVER, nested
+from tests.support import HUGE, RAWSERVER, nested, shows_a_crash
 
 LEGACY = "2025-11-25"
 
@@ -39,7 +39,7 @@ async def served(tmp_path: Path, *server_args: str) -> AsyncIterator[WardenHttp]
 def tracebacks(w: WardenHttp) -> str:
     """warden's own tracebacks (the server's stderr is relayed with a ``[rawserver]`` prefix and does not count)."""
     lines = [line for line in w.stderr if "[rawserver]" not in line]
-    if not any("Traceback" in line for line in lines):
+    if not any(shows_a_crash(line) for line in lines):
         return ""
     return "\n".join(lines)[-4000:]
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.support import HUGE, RAWSERVER, RawHost, nested, through_warden
+from tests.support import HUGE, RAWSERVER, RawHost, nested, shows_a_crash, through_warden
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {"elicitation": {}, "sampling": {}, "roots": {}},
@@ -39,7 +39,7 @@ async def start(tmp_path: Path, *server_args: str, legacy: bool) -> tuple[RawHos
 def tracebacks(stderr: Path) -> str:
     """warden's own tracebacks (the server's stderr is relayed with a ``[rawserver]`` prefix and does not count)."""
     lines = stderr.read_text(errors="replace").splitlines()
-    if not any("Traceback" in line and "[rawserver]" not in line for line in lines):
+    if not any(shows_a_crash(line) and "[rawserver]" not in line for line in lines):
         return ""
     return "\n".join(line for line in lines if "[rawserver]" not in line)[-4000:]
 

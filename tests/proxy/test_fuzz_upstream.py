@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import trio
 
-from tests.support import FIXTURES, HUGE, PYTHON, RawHost, nested, through_warden
+from tests.support import FIXTURES, HUGE, PYTHON, RawHost, nested, shows_a_crash, through_warden
 
 HOSTILE_SERVER = [PYTHON, str(FIXTURES / "hostile_server.py")]
 CAPS = {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}, "context": {}},
@@ -30,7 +30,7 @@ def tracebacks(stderr: Path) -> str:
     """warden's own tracebacks (the server's stderr is relayed with a ``[hostile_server]`` style prefix)."""
     lines = stderr.read_text(errors="replace").splitlines()
     own = [line for line in lines if not line.startswith("[") or "Traceback" not in line]
-    if not any("Traceback" in line and "hostile" not in line for line in lines):
+    if not any(shows_a_crash(line) and "hostile" not in line for line in lines):
         return ""
     return "\n".join(line for line in own if "hostile_server" not in line)[-4000:]
 

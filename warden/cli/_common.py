@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +19,20 @@ from warden.paths import ensure_private_dir, resolve_config_path, resolve_state_
 T = TypeVar("T")
 
 
-def print_error(text: str) -> None:
+def print_error(text: str, *, limit: int | None = None) -> None:
     """The one way a command writes an error line to stderr: ``warden: <text>``, redacted and escaped for the
-    terminal (:func:`warden.logs.shown`), since errors quote servers, witnesses and host configs."""
-    print(f"warden: {logs.shown(text)}", file=sys.stderr)
+    terminal (:func:`warden.logs.shown`), since errors quote servers, witnesses and host configs (and usage errors
+    quote arguments pasted from them). ``limit`` cuts the line after redaction and escaping."""
+    print(f"warden: {logs.shown(text, limit=limit)}", file=sys.stderr)
+
+
+def print_traceback(exc: BaseException) -> None:
+    """``exc``'s traceback on stderr, for ``-vv``: redacted as one text (a secret may span lines), escaped keeping
+    only the line breaks the traceback module wrote, and every line prefixed ``warden: traceback:``, so a line break
+    inside a message cannot start a line that passes for another warden line."""
+    text = "".join(traceback.format_exception(exc)).rstrip("\n")
+    for line in logs.shown(text, keep_newlines=True).split("\n"):
+        print(f"warden: traceback: {line}", file=sys.stderr)
 
 
 @final

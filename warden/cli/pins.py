@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from warden import audit
 from warden.cli._common import CommandContext, run_trio
-from warden.consent import describe_entry, describe_server, entry_label, review
+from warden.consent import describe_entry, describe_server, entry_label, redaction_note, review
 from warden.errors import PolicyError
 from warden.escape import for_terminal
 from warden.paths import store_dir
@@ -110,7 +110,7 @@ def diff_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     for e in chosen:
         _emit(f"== server '{for_terminal(e.server)}': {entry_label(e)} [{e.state.value}]")
         if e.approved_digest and e.approved_digest != e.digest:
-            _emit([f"   approved {e.approved_digest}", f"   current  {e.digest}"])
+            _emit([f"   approved {e.approved_digest}", f"   current  {e.digest}", *redaction_note(e)])
             _emit(side_by_side(e.approved_definition, e.definition, width=_width()).split("\n"))
         elif e.approved_digest is None:
             _emit("   (never approved: the whole current definition follows)")

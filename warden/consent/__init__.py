@@ -13,7 +13,8 @@ Public API (the gateway wires the in-band half; ``warden pins review`` uses the 
 * :class:`WebhookApprovals` ``(url, key).ask(ApprovalRequest) -> ApprovalVerdict`` — a call to confirm when no
   one can be asked in-band: a signed, expiring webhook exchange that fails closed (see ``_webhook.py``).
 * :func:`review` ``(store, server, prompter)`` — the interactive terminal walk, one screen per server;
-  :func:`describe_server`, :func:`describe_entry` and :func:`describe_launch` give its lines (already escaped).
+  :func:`describe_server`, :func:`describe_entry` and :func:`describe_launch` give its lines (already escaped);
+  :func:`redaction_note` is the line that says a definition shown was stored redacted.
 """
 
 from warden.consent._inband import (
@@ -32,6 +33,7 @@ from warden.consent._terminal import (
     describe_launch,
     describe_server,
     entry_label,
+    redaction_note,
     review,
 )
 from warden.consent._webhook import (
@@ -61,6 +63,7 @@ __all__ = [
     "entry_label",
     "read_call_confirmation",
     "read_pin_consent",
+    "redaction_note",
     "refusal",
     "review",
     "sign_approval",

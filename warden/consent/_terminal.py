@@ -29,7 +29,7 @@ from warden.escape import for_terminal
 from warden.policy.pins import PinEntry, PinState, PinStore, hidden_legend, render_definition, side_by_side
 
 __all__ = ["Prompter", "ReviewSummary", "describe_entry", "describe_launch", "describe_server", "entry_label",
-           "review"]
+           "redaction_note", "review"]
 
 # Every line of server text (a description, the instructions) starts with this, so a line feed in that text can
 # start a new line of the description but never a line that looks like warden's own.
@@ -70,9 +70,19 @@ def _legend(definition: Any) -> list[str]:
     return ["   hidden characters in the current definition:", *(f"     {line}" for line in legend)]
 
 
+def redaction_note(e: PinEntry) -> list[str]:
+    """The line that goes next to a definition stored redacted (a registered secret value the server sent was cut
+    out of it): what is shown is not what was digested, so a reviewer knows the digest covers the original."""
+    if not e.redacted:
+        return []
+    return ["   current definition (stored redacted): registered secret values are cut out of what is shown; "
+            "the digest is of the definition as the server sent it"]
+
+
 def describe_entry(e: PinEntry, *, width: int = 120) -> list[str]:
     """Everything about one entry: header, diff (or the full definition), hidden characters, findings."""
-    out = [f"== server {_q(e.server)}: {entry_label(e)} [{e.state.value}]", f"   digest {e.digest}"]
+    out = [f"== server {_q(e.server)}: {entry_label(e)} [{e.state.value}]", f"   digest {e.digest}",
+           *redaction_note(e)]
     if e.approved_digest and e.approved_digest != e.digest:
         out.append(f"   approved digest {e.approved_digest}")
         out.extend(side_by_side(e.approved_definition, e.definition, width=width).split("\n"))
