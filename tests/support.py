@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import select
 import shutil
+import subprocess
 import sys
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,3 +198,45 @@ def nested(levels: int) -> dict[str, Any]:
     for _ in range(levels):
         value = {"a": value}
     return value
+
+
+def in_terminal(argv: Sequence[str], answers: Sequence[tuple[bytes, bytes]], *, env: Mapping[str, str] | None = None,
+                timeout: float = 60) -> tuple[int, str]:
+    """Run ``argv`` on a pty (stdin, stdout and stderr); for each (prompt, answer), wait for the prompt and type the
+    answer. Returns the exit code and everything it printed (``\r\n`` as ``\n``, each prompt answered marked
+    ``<asked>``). A prompt that does not come within ``timeout`` fails the test with what was printed so far."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(list(argv), stdin=slave, stdout=slave, stderr=slave, close_fds=True,
+                            env={**os.environ, "COLUMNS": "120"} if env is None else {"COLUMNS": "120", **env})
+    os.close(slave)
+    out = b""
+    deadline = time.monotonic() + timeout
+
+    def more() -> bytes:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([master], [], [], left)[0]:
+            return b""
+        try:
+            return os.read(master, 65536)
+        except OSError:  # EIO: the other side is closed (the program ended)
+            return b""
+
+    try:
+        for prompt, answer in answers:
+            while prompt not in out:
+                chunk = more()
+                if not chunk:
+                    raise AssertionError(f"no prompt {prompt!r} from {argv[-2:]} within {timeout} s; it printed:\n"
+                                         + out.decode(errors="replace")[-6000:])
+                out += chunk
+            out = out.replace(prompt, b"<asked>" + prompt, 1)
+            os.write(master, answer + b"\n")
+        code = proc.wait(max(1.0, deadline - time.monotonic()))
+        while chunk := more():
+            out += chunk
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    return code, out.decode(errors="replace").replace("\r\n", "\n")

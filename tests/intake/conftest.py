@@ -220,12 +220,16 @@ def fresh_home(tmp_path: Path, npm_registry: NpmRegistry, pypi_index: PypiIndex)
     return home
 
 
+def home_env(home: Path) -> dict[str, str]:
+    """The environment a user's warden runs with: ``home`` as HOME, XDG dirs under it, the system PATH."""
+    return {"PATH": os.environ["PATH"], "HOME": str(home), "XDG_CONFIG_HOME": str(home / ".config"),
+            "XDG_CACHE_HOME": str(home / ".cache"), "XDG_DATA_HOME": str(home / ".local" / "share"),
+            "LANG": "C.UTF-8"}
+
+
 @pytest.fixture
 def host_env(fresh_home: Path) -> dict[str, str]:
-    """The environment a user's warden runs with: fresh HOME, XDG dirs under it, the system PATH."""
-    return {"PATH": os.environ["PATH"], "HOME": str(fresh_home), "XDG_CONFIG_HOME": str(fresh_home / ".config"),
-            "XDG_CACHE_HOME": str(fresh_home / ".cache"), "XDG_DATA_HOME": str(fresh_home / ".local" / "share"),
-            "LANG": "C.UTF-8"}
+    return home_env(fresh_home)
 
 
 def client_caches(home: Path) -> list[Path]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 from pathlib import Path
 
@@ -169,6 +170,66 @@ def test_a_tarball_whose_hash_differs_from_the_packument_is_refused(
                                           "publishes for it"):
         take_in(request, state_dir=state_dir, env=host_env)
     assert store_entries(state_dir) == []
+
+
+def test_the_machines_global_npmrc_is_honoured_by_the_install_too(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        fresh_home: Path) -> None:
+    """The registry configuration may live only in npm's global config (``$PREFIX/etc/npmrc``: a machine's cafile
+    for a TLS-inspecting proxy, a company registry). ``npm view`` read it, but ``npm install --prefix DIR`` moved
+    npm's global prefix to DIR and so read DIR/etc/npmrc instead: the install went to another registry (behind a
+    proxy with its own CA: SELF_SIGNED_CERT_IN_CHAIN) and failed. Found by tests/e2e/test_adoption.py."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    (fresh_home / ".npmrc").unlink()
+    machine = tmp_path / "machine-prefix"
+    (machine / "etc").mkdir(parents=True)
+    (machine / "etc" / "npmrc").write_text(npm_registry.npmrc())
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    result = take_in(request, state_dir=state_dir, env={**host_env, "PREFIX": str(machine)})
+    assert (result.record.name, result.record.version) == (name, "1.0.0")
+    assert client_caches(fresh_home) == []
+
+
+async def test_an_intake_in_flight_does_not_hold_up_another_package(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        fresh_home: Path) -> None:
+    """A host starting several new servers at once: while one package's fetch hangs (its scope's registry accepts
+    and never answers), another package is taken in. With one lock for the whole store they waited for each other,
+    and seven first starts took the sum of seven intakes (found by tests/e2e/test_adoption.py)."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        with (fresh_home / ".npmrc").open("a") as npmrc:
+            npmrc.write(f"@slow:registry=http://127.0.0.1:{port}/\n")
+        slow_request, request = parse_runner(["npx", "-y", "@slow/server"]), parse_runner(["npx", "-y", name])
+        assert slow_request is not None
+        assert request is not None
+        slow_failed: list[BaseException] = []
+
+        def slow_intake() -> None:
+            try:
+                take_in(slow_request, state_dir=state_dir, env=host_env)
+            except IntakeError as exc:
+                slow_failed.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, slow_intake)
+            accepted, _ = await trio.to_thread.run_sync(silent.accept)  # the slow fetch is under way
+            try:
+                with trio.fail_after(120):
+                    result = await trio.to_thread.run_sync(
+                        lambda: take_in(request, state_dir=state_dir, env=host_env), abandon_on_cancel=True)
+                assert not slow_failed  # still waiting for its registry
+            finally:
+                accepted.close()  # now let the slow one fail
+                silent.close()
+    assert (result.fetched, result.record.name) == (True, name)
+    assert len(slow_failed) == 1
 
 
 def test_a_package_that_does_not_exist_is_named(state_dir: Path, host_env: dict[str, str]) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import pty
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +12,7 @@ import mcp.types as t
 import pytest
 from mcp import Client, StdioServerParameters
 
-from tests.support import FIXTURES, PYTHON, WARDEN
+from tests.support import FIXTURES, PYTHON, WARDEN, in_terminal
 from warden.consent import (
     build_call_confirmation,
     build_pin_consent,
@@ -145,22 +143,9 @@ def test_terminal_review_needs_the_word_for_findings(state_dir: Path) -> None:
 
 def test_pins_review_in_a_real_terminal(state_dir: Path) -> None:
     PinStore(state_dir).observe_list("s", "tool", [{"name": "a", "inputSchema": {}}], on_new="ask")
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([WARDEN, "--state-dir", str(state_dir), "pins", "review", "s"], stdin=slave,
-                            stdout=slave, stderr=slave, close_fds=True)
-    os.close(slave)
-    out = b""
-    while b"[a]pprove" not in out:
-        out += os.read(master, 4096)
-    os.write(master, b"a\n")
-    assert proc.wait(30) == 0
-    try:
-        while chunk := os.read(master, 4096):
-            out += chunk
-    except OSError:
-        pass
-    os.close(master)
-    assert b"approved 1, revoked 0, skipped 0" in out
+    code, out = in_terminal([WARDEN, "--state-dir", str(state_dir), "pins", "review", "s"], [(b"[a]pprove", b"a")])
+    assert code == 0, out
+    assert "approved 1, revoked 0, skipped 0" in out
     assert PinStore(state_dir).get("s", "tool", "a").state is PinState.APPROVED  # type: ignore[union-attr]
 
 

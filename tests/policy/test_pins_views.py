@@ -9,9 +9,6 @@ terminal raw in `pins list|show|diff|review`.
 from __future__ import annotations
 
 import json
-import os
-import pty
-import select
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import FIXTURES, WARDEN
+from tests.support import FIXTURES, WARDEN, in_terminal
 from warden.consent import describe_launch, describe_server, review
 from warden.escape import for_terminal
 from warden.policy import PinState, PinStore
@@ -89,29 +86,8 @@ def pins_cli(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           stdin=subprocess.DEVNULL, timeout=60)
 
 
-def in_terminal(state_dir: Path, args: Sequence[str], answers: Sequence[tuple[bytes, bytes]]) -> tuple[int, str]:
-    """Run ``warden pins ARGS`` on a pty; for each (prompt, answer), wait for the prompt and type the answer."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([WARDEN, "--state-dir", str(state_dir), "pins", *args], stdin=slave, stdout=slave,
-                            stderr=slave, close_fds=True, env={**os.environ, "COLUMNS": "120"})
-    os.close(slave)
-    out = b""
-    for prompt, answer in answers:
-        while prompt not in out:
-            out += os.read(master, 65536)
-        out = out.replace(prompt, b"<asked>" + prompt, 1)
-        os.write(master, answer + b"\n")
-    code = proc.wait(60)
-    while select.select([master], [], [], 0)[0]:
-        try:
-            chunk = os.read(master, 65536)
-        except OSError:
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(master)
-    return code, out.decode().replace("\r\n", "\n")
+def review_argv(state_dir: Path) -> list[str]:
+    return [WARDEN, "--state-dir", str(state_dir), "pins", "review"]
 
 
 # ---- the forged row (issue 11 item 2, display half) -----------------------------------------------------------
@@ -136,7 +112,7 @@ def test_a_hostile_name_cannot_forge_a_row_or_reach_the_terminal_raw(state_dir: 
 
 def test_a_hostile_name_cannot_forge_a_row_in_review(state_dir: Path) -> None:
     plant(state_dir, "s", "tool", HOSTILE_TOOL["name"], HOSTILE_TOOL)
-    code, out = in_terminal(state_dir, ["review"], [(b"[s]kip", b"d"), (b"[s]kip", b"s")])
+    code, out = in_terminal(review_argv(state_dir), [(b"[s]kip", b"d"), (b"[s]kip", b"s")])
     assert code == 0
     assert_terminal_safe(out)
     assert "tool 'nl\\nFORGED_LINE [approved]\\x1b[2K<U+202E>' (new)" in out
@@ -248,7 +224,7 @@ def test_findings_show_the_text_they_matched(state_dir: Path) -> None:
 def test_review_in_a_real_terminal_approves_a_whole_server(state_dir: Path) -> None:
     store = PinStore(state_dir)
     load_reference(store, "sequential-thinking")
-    code, out = in_terminal(state_dir, ["review"], [(b"[a]pprove all 2 of 'sequential-thinking'", b"a")])
+    code, out = in_terminal(review_argv(state_dir), [(b"[a]pprove all 2 of 'sequential-thinking'", b"a")])
     assert code == 0, out
     assert "approved 3, revoked 0, skipped 0" in out  # identity, tool and the absent instructions
     assert all(e.state is PinState.APPROVED for e in PinStore(state_dir).entries())

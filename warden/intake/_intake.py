@@ -105,13 +105,15 @@ def take_in(request: PackageRequest, *, state_dir: Path, env: Mapping[str, str],
         IntakeError: the fetch failed or was refused; nothing was committed.
     """
     store = Store(state_dir)
-    with store.locked():
-        existing = store.lookup(request)
+    with store.locked(request):
+        with store.locked():
+            existing = store.lookup(request)
         if existing is not None:
             store.check_entry(existing)
             return IntakeResult(request, existing, fetched=False)
         record = _fetch(request, store, env, policy, now or datetime.now(UTC), None)
-        store.commit(record)
+        with store.locked():
+            store.commit(record)
     return IntakeResult(request, record, fetched=True)
 
 
@@ -124,8 +126,9 @@ def update(request: PackageRequest, *, state_dir: Path, env: Mapping[str, str],
             entry stays pinned).
     """
     store = Store(state_dir)
-    with store.locked():
-        old = store.lookup(request)
+    with store.locked(request):
+        with store.locked():
+            old = store.lookup(request)
         if old is None:
             raise IntakeError(f"{request.requirement} was never taken in, so there is nothing to update",
                               hint="start the server once (warden run), or run: warden intake -- COMMAND")
@@ -134,7 +137,8 @@ def update(request: PackageRequest, *, state_dir: Path, env: Mapping[str, str],
         if diff.same:
             store.discard(store.entry_path(record))
             return IntakeResult(request, old, fetched=False), diff
-        store.commit(record)
+        with store.locked():
+            store.commit(record)
     return IntakeResult(request, record, fetched=True), diff
 
 

@@ -177,8 +177,10 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
     try:
         staging.mkdir()
         (staging / "package.json").write_text('{"name": "warden-intake", "private": true}\n')
-        args = [NPM, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--save-exact",
-                "--prefix", str(staging)]
+        # Into the staging dir by working directory (its package.json makes it the project), not ``--prefix``:
+        # that flag also moves npm's global prefix, so the machine's global npmrc (registry, cafile, proxy) would
+        # be read from the staging dir instead, and an install behind a TLS-inspecting proxy fails.
+        args = [NPM, "install", "--ignore-scripts", "--no-audit", "--no-fund", "--save-exact"]
         if limit is not None:
             args.append(f"--before={rfc3339(limit)}")
         try:

@@ -178,11 +178,15 @@ class Store:
         return entry_id, parent / entry_id
 
     @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        """Hold the store's lock (one intake or update at a time, across warden processes)."""
+    def locked(self, request: PackageRequest | None = None) -> Iterator[None]:
+        """Hold the store's lock (index reads and commits, across warden processes), or with ``request`` the lock
+        of that one request (its fetch: two processes never fetch the same request at once, while different
+        packages are fetched side by side; a host starting seven new servers at once waits for the slowest intake,
+        not for the sum of them)."""
         ensure_private_dir(self.state_dir)
         self.root.mkdir(mode=0o755, exist_ok=True)
-        fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        name = ".lock" if request is None else f".lock-{hashlib.sha256(request.key.encode()).hexdigest()[:32]}"
+        fd = os.open(self.root / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
