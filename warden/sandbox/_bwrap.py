@@ -428,10 +428,10 @@ class BwrapLauncher:
                 if self._egress is not None:  # the proxy's door into the sandbox, before anything runs in it
                     egress = await self._egress.attach(sandbox_pid)
                 await self._prepare(process, sandbox_pid, cgroup=cgroup, seal=seals)
-                try:
-                    os.write(block_w, b"\0")  # the sandbox may start the server now
-                except BrokenPipeError:
-                    pass  # bwrap already failed inside the new namespaces; its stderr, read next, says why
+                # the sandbox may start the server now; a broken pipe means bwrap already failed inside the
+                # new namespaces, and its stderr, read next, says why
+                with contextlib.suppress(BrokenPipeError):
+                    os.write(block_w, b"\0")
                 preamble, rest = await _await_ready(process)
             except BaseException:
                 if sandbox_pidfd is not None:
