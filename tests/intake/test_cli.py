@@ -77,6 +77,24 @@ async def test_run_takes_the_package_in_and_update_makes_the_server_wait_for_app
     assert verify.stdout == f"{name} 1.1.0: intact\n"
 
 
+async def test_a_failed_intake_is_the_hosts_answer_not_a_closed_connection(
+        npm_registry: NpmRegistry, host_env: dict[str, str]) -> None:
+    """A host (Claude Desktop) shows the error of its ``initialize``; a warden that exited instead left it only
+    "Connection closed", the reason in a log file it may never show. Every request gets the intake's error."""
+    name = npm_registry.unique("warden-no-such-server")
+    host = await RawHost.start(through_warden(["npx", "-y", name], "--name", "nosuch"), stderr=subprocess.PIPE,
+                               env={**os.environ, **host_env})
+    await host.request(1, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {},
+                                         "clientInfo": {"name": "t", "version": "1"}})
+    answer = await host.response(1, timeout=120)
+    assert answer["error"] == {"code": -32603, "message": f"the npm registry has no package '{name}' (or you lack "
+                                                          "permission to see it)",
+                               "data": {"hint": "check the package name; for a private registry, check ~/.npmrc"}}
+    await host.request(2, "tools/list")
+    assert (await host.response(2))["error"] == answer["error"]
+    assert await host.close() == 0
+
+
 def test_intake_of_a_command_that_runs_no_package_is_refused_in_one_line(host_env: dict[str, str]) -> None:
     out = warden("intake", "--", "node", "server.js", env={**os.environ, **host_env})
     assert out.returncode == 2

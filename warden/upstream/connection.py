@@ -19,7 +19,7 @@ import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import msgspec
 import trio
@@ -27,6 +27,7 @@ import trio
 from warden import __version__
 from warden.errors import (
     IncompatibleServer,
+    IntakeError,
     LaunchError,
     SandboxUnavailable,
     UpstreamClosed,
@@ -81,6 +82,10 @@ from warden.transport.channel import MessageChannel
 from warden.upstream.stderr import StderrTail
 
 log = logging.getLogger(__name__)
+
+# The errors after which a server is not restarted: it cannot be run at all as things stand (launch refused,
+# sandbox unavailable, package not taken in, no common protocol); every request gets the error instead.
+_CANNOT_RUN: Final = (LaunchError, SandboxUnavailable, IntakeError, IncompatibleServer)
 
 
 @final
@@ -634,8 +639,9 @@ class Upstream:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the server process until cancelled: start, hand-shake, restart with backoff when it ends.
 
-        A server that cannot be run at all (launch refused, sandbox unavailable, no common protocol) is not
-        retried: every waiting and later request gets that error.
+        A server that cannot be run at all (launch refused, sandbox unavailable, its package could not be taken
+        in, no common protocol) is not retried: every waiting and later request gets that error, so the host
+        shows the reason, not just a closed connection.
         """
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -648,7 +654,7 @@ class Upstream:
             started = trio.current_time()
             try:
                 outcome = await self._run_process()
-            except (LaunchError, SandboxUnavailable, IncompatibleServer) as exc:
+            except _CANNOT_RUN as exc:
                 log.error("%s: %s", self.name, exc.message)
                 self._fatal = exc
                 self._notify_change()
@@ -682,7 +688,7 @@ class Upstream:
                     self._description = await self._establish(session)
                 except _Respawn:
                     outcome = _Outcome.RESPAWN
-                except (LaunchError, SandboxUnavailable, IncompatibleServer) as exc:
+                except _CANNOT_RUN as exc:
                     fatal = exc
                 except UpstreamError as exc:  # the process died or hung during the handshake: restart it
                     session.mark_closed(exc.message)
