@@ -210,3 +210,15 @@ def test_python_dash_m_warden_is_the_same_entry_point(state_dir: Path) -> None:
     assert (module.returncode, module.stdout) == (2, b"")
     assert _safe_lines(module.stderr)[-1] == f"warden: error: unrecognized arguments: {NASTY_SHOWN}"
     assert module.stderr.replace(b"__main__.py", b"warden") == script.stderr
+
+
+def test_pins_views_echo_a_pasted_server_name_redacted_and_escaped(state_dir: Path) -> None:
+    """A server name typed after ``warden pins list`` is echoed in the view's own line ("no pins for server …"):
+    that line leaves through the same redacting, escaping display point as the rest of the view."""
+    _register_secret(state_dir)
+    done = _warden("--state-dir", str(state_dir), "pins", "list", NASTY)
+    assert (done.returncode, done.stderr) == (0, b"")
+    assert done.stdout.decode() == f"no pins for server {NASTY_SHOWN!r}\n"
+    done = _warden("--state-dir", str(state_dir), "pins", "diff", NASTY)  # an error: stderr, same rules
+    assert done.returncode == 5
+    assert _safe_lines(done.stderr)[0] == f"warden: error: no pins for server {NASTY!r}".replace(SECRET, "[REDACTED]")

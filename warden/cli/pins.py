@@ -16,7 +16,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from warden import audit
+from warden import audit, logs
 from warden.cli._common import CommandContext, run_trio
 from warden.consent import describe_entry, describe_server, entry_label, redaction_note, review
 from warden.errors import PolicyError
@@ -55,9 +55,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _emit(lines: str | Sequence[str]) -> None:
-    """The one display point of these commands: each line, escaped again as a whole, on a row of its own."""
+    """The one display point of these commands: each line, redacted and escaped again as a whole (a server name
+    typed on the command line is echoed here, and may be a pasted token), on a row of its own."""
     for line in [lines] if isinstance(lines, str) else lines:
-        print(for_terminal(line))
+        print(logs.shown(line))
 
 
 def _width() -> int:
