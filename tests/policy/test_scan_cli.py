@@ -211,3 +211,34 @@ def test_scan_a_host_file_before_importing_it(control: Path, state_dir: Path, tm
     r = scan("--host-file", str(host_file))
     assert r.returncode == 2
     assert str(host_file) in r.stderr
+
+
+def test_a_name_the_pin_store_refuses_is_an_error_and_no_report_holds_a_secret(control: Path, state_dir: Path,
+                                                                              tmp_path: Path) -> None:
+    """Twins (``add`` / ``Add``) and a name holding a registered secret are what ``warden run`` hides and no
+    approval lists (issue 11 item 2): the scan says so as errors, not as new entries a reviewer could wave on; and
+    the secret, in a name or a description, is in none of the three reports."""
+    secret = "sekrit-Zq8vX2mP-scan"
+    done = subprocess.run([WARDEN, "secrets", "set", "SCAN_TOKEN"], input=secret, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    set_control(control, tools=[BASE_TOOL, {**BASE_TOOL, "name": "Add"},
+                                {**BASE_TOOL, "name": f"get_{secret}", "description": f"Uses {secret}."}])
+    r = scan("--json", "--name", "rug", "--", *rug(control))
+    assert r.returncode == FINDINGS_EXIT, r.stderr
+    assert secret not in r.stdout + r.stderr
+    results = json.loads(r.stdout)["servers"][0]["results"]
+    refused = {res["key"]: res["message"] for res in results if res["rule"] == "name-refused"}
+    assert set(refused) == {"add", "Add", "get_[REDACTED]"}
+    assert "[names: twin]" in refused["add"]
+    assert "'Add'" in refused["add"]
+    assert "[names: secret]" in refused["get_[REDACTED]"]
+    assert not any(res["rule"] == "pin-new" and res["kind"] == "tool" for res in results)
+    for flag in ("--sarif", None):
+        r = scan(*([flag] if flag else []), "--name", "rug", "--", *rug(control))
+        assert r.returncode == FINDINGS_EXIT, r.stderr
+        assert secret not in r.stdout + r.stderr
+        assert "name-refused" in r.stdout
+    path = tmp_path / "refused.sarif"
+    path.write_text(scan("--sarif", "--name", "rug", "--", *rug(control)).stdout)
+    assert [v for v in validate_sarif(path, tmp_path) if v[0] == "error"] == []

@@ -35,9 +35,10 @@ from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.hostconfig import build_plan, parse_host_file
 from warden.policy import PinState, PinStore, Source, classify, load_effective_policy
-from warden.policy.pins import EntryKind, Finding, digest, scan_definition
+from warden.policy.pins import EntryKind, Finding, digest, refused_names, scan_definition
 from warden.protocol.paging import Pager
 from warden.protocol.session import Reply
+from warden.secrets import Redactor
 from warden.upstream.connection import Upstream, UpstreamOptions
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ RULES: Final[dict[str, tuple[Level, str]]] = {
     "invisible-char": ("warning", "An invisible or formatting character in a definition."),
     "instruction-marker": ("error", "Text aimed at the model rather than describing the tool (prompt injection)."),
     "nonstandard-name": ("error", "A name outside the characters the MCP specification gives for names."),
+    "name-refused": ("error", "A name warden refuses to pin (charset, a look-alike twin, a secret): never listed."),
     "name-collision": ("warning", "Another server has a tool of the same name."),
     "cross-server-reference": ("warning", "The definition names another server's tool (possible shadowing)."),
     "x-mcp-header": ("warning", "An invalid x-mcp-header annotation in the input schema."),
@@ -171,13 +173,13 @@ def scan_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         raise ConfigError("nothing to scan", hint="warden scan -- CMD ARGS, warden scan --name NAME, "
                                                   "warden scan --config, or warden scan --host-file PATH")
     scans = run_trio(_scan_all, ctx, targets, args.timeout)
-    if args.sarif:
-        print(json.dumps(sarif(scans), indent=1, ensure_ascii=True))
-    elif args.json:
-        print(json.dumps(report_json(scans), indent=1, ensure_ascii=True))
+    if args.sarif or args.json:
+        report = sarif(scans) if args.sarif else report_json(scans)
+        redactor = PinStore(ctx.private_state_dir()).registry()  # a CI log keeps no registered secret either
+        print(json.dumps(redactor.json_value(report), indent=1, ensure_ascii=True))
     else:
         for line in table(scans):
-            print(for_terminal(line))
+            print(logs.shown(line))
     worst = max((_RANK[r.level] for s in scans for r in s.results), default=0)
     return FINDINGS_EXIT if worst >= _RANK[args.fail_on] else 0
 
@@ -247,8 +249,9 @@ async def _scan_all(ctx: CommandContext, targets: Sequence[Target], timeout: flo
     for s in scans:
         neighbours.setdefault(s.server, set()).update(
             str(d.get("name")) for d in s.definitions.get("tool", []) if isinstance(d, Mapping))
+    redactor = store.registry()
     for s in scans:
-        _judge(s, store, neighbours)
+        _judge(s, store, neighbours, redactor)
     return scans
 
 
@@ -345,8 +348,10 @@ def _pin_result(scan: ServerScan, store: PinStore, kind: EntryKind, key: str, d:
     return Result(scan.server, kind, key, rule, what, digest=d)
 
 
-def _judge(scan: ServerScan, store: PinStore, neighbours: Mapping[str, set[str]]) -> None:
-    """Scanner findings and pin states for everything ``scan`` read (appended to its results, in order)."""
+def _judge(scan: ServerScan, store: PinStore, neighbours: Mapping[str, set[str]], redactor: Redactor) -> None:
+    """Scanner findings and pin states for everything ``scan`` read (appended to its results, in order). A name
+    the pin store would refuse (:func:`warden.policy.pins.refused_names`) is reported as such, not as new: no
+    approval can make warden list it."""
     if any(r.rule == "scan-failed" for r in scan.results):
         return
     store.refresh()
@@ -370,7 +375,11 @@ def _judge(scan: ServerScan, store: PinStore, neighbours: Mapping[str, set[str]]
             else:
                 out.append(Result(scan.server, kind, f"#{i}", "invalid-definition",
                                   f"entry #{i} has no string {_KEY_FIELD[kind]!r}"))
+        refused = refused_names(kind, keyed, redactor)
         for key, defs in keyed.items():
+            if key in refused:
+                out.append(Result(scan.server, kind, key, "name-refused", refused[key] + "; hidden, not approvable"))
+                continue
             if len(defs) > 1:
                 out.append(Result(scan.server, kind, key, "invalid-definition",
                                   f"{len(defs)} definitions share this {_KEY_FIELD[kind]}"))
