@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import pty
@@ -15,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV_BIN = Path(sys.executable).parent
@@ -240,3 +246,38 @@ def in_terminal(argv: Sequence[str], answers: Sequence[tuple[bytes, bytes]], *, 
             proc.wait()
         os.close(master)
     return code, out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def _subject_alt_name(name: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def make_certificates(directory: Path, name: str) -> tuple[Path, Path, Path]:
+    """A CA and a leaf certificate for ``name`` (a host name or an IP address) signed by it: (ca.pem, leaf.pem,
+    leaf.key). For TLS test servers on 127.0.0.1 and in test network namespaces; nothing else trusts the CA."""
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "warden test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([_subject_alt_name(name)]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = directory / "ca.pem", directory / "leaf.pem", directory / "leaf.key"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths

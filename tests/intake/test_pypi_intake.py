@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.intake.conftest import PypiIndex, client_caches, free_port, markers
+from tests.intake.conftest import PypiIndex, TlsIndex, client_caches, free_port, markers
 from tests.intake.packages import MARKER_PREFIX, sdist, wheel
 from tests.sandbox.mcp import McpSession, mcp_session
 from warden.errors import IntakeError
@@ -145,3 +145,40 @@ def test_pipx_run_honours_the_users_pip_configuration(
     request = parse_runner(["pipx", "run", name])
     assert request is not None
     assert take_in(request, state_dir=state_dir, env=host_env).record.version == "1.0.0"
+
+
+@pytest.mark.parametrize("where", ["pip.conf", "PIP_CERT"])
+def test_pipx_run_trusts_the_ca_pip_is_told_to_trust(where: str, pypi_index_tls: TlsIndex, state_dir: Path,
+                                                     host_env: dict[str, str], fresh_home: Path) -> None:
+    """An index behind a private CA: pip's ``cert`` (pip.conf or ``PIP_CERT``) reaches uv as ``SSL_CERT_FILE``,
+    so the intake trusts exactly what pip would. Without it the same intake fails on the certificate: the index
+    is really served over TLS, and nothing falls back to an unchecked connection."""
+    index = pypi_index_tls.index
+    name = index.unique("warden-fixture-tls")
+    add_wheel(index, name, "1.0.0")
+    (fresh_home / ".config" / "uv" / "uv.toml").unlink()
+    (fresh_home / ".config" / "pip").mkdir(parents=True)
+    settings = f"[global]\nindex-url = {index.url}simple/\n"
+    request = parse_runner(["pipx", "run", name])
+    assert request is not None
+    (fresh_home / ".config" / "pip" / "pip.conf").write_text(settings)
+    with pytest.raises(IntakeError, match=rf"could not be reached to resolve {name}: .*invalid peer certificate: "
+                                          "UnknownIssuer") as refused:
+        take_in(request, state_dir=state_dir, env={**host_env, "UV_HTTP_RETRIES": "0"})
+    assert "SSL_CERT_FILE, or pip's cert" in (refused.value.hint or "")
+    env = dict(host_env)
+    if where == "pip.conf":
+        (fresh_home / ".config" / "pip" / "pip.conf").write_text(settings + f"cert = {pypi_index_tls.ca}\n")
+    else:
+        env["PIP_CERT"] = str(pypi_index_tls.ca)
+    assert take_in(request, state_dir=state_dir, env=env).record.version == "1.0.0"
+
+
+def test_a_pip_cert_setting_that_names_no_file_is_refused_by_name(state_dir: Path, host_env: dict[str, str],
+                                                                  fresh_home: Path, tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-ca.pem"
+    request = parse_runner(["pipx", "run", "warden-fixture-py"])
+    assert request is not None
+    with pytest.raises(IntakeError, match=rf"pip's cert setting names {missing}, which is not a file") as caught:
+        take_in(request, state_dir=state_dir, env={**host_env, "PIP_CERT": str(missing)})
+    assert "PIP_CERT" in (caught.value.hint or "")

@@ -21,6 +21,8 @@ _MAX_OUTPUT = 8 << 20
 _UNREACHABLE = re.compile(r"ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EAI_AGAIN|ECONNRESET|Connection refused|"
                           r"Failed to fetch|error sending request|dns error|timed out|Could not connect",
                           re.IGNORECASE)
+_CERTIFICATE = re.compile(r"certificate|UnknownIssuer|SELF_SIGNED_CERT|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER",
+                          re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,14 +39,17 @@ def last_lines(text: str, count: int = 4) -> str:
 
 
 def unreachable(stderr: str) -> bool:
-    """True when the client's error says the registry could not be reached (down, refused, DNS, timeout)."""
-    return _UNREACHABLE.search(stderr) is not None
+    """True when the client's error says the registry could not be reached (down, refused, DNS, timeout, or a
+    certificate it does not trust)."""
+    return _UNREACHABLE.search(stderr) is not None or _CERTIFICATE.search(stderr) is not None
 
 
 def unreachable_reason(stderr: str) -> str:
-    """The line of the client's error that says what could not be reached (escaped for a terminal)."""
-    for line in stderr.splitlines():
-        if _UNREACHABLE.search(line):
+    """The line of the client's error that says what could not be reached (escaped for a terminal); a refused
+    certificate first, as it is the one line that says what to fix (uv puts it last, under "Failed to fetch")."""
+    lines = stderr.splitlines()
+    for line in [*(line for line in lines if _CERTIFICATE.search(line)), *lines]:
+        if _UNREACHABLE.search(line) or _CERTIFICATE.search(line):
             return for_terminal(line.removeprefix("npm error").strip()[:400])
     return last_lines(stderr, 2)
 

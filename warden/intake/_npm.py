@@ -65,8 +65,8 @@ def _view(args: list[str], *, env: Mapping[str, str], name: str) -> Any:
         if unreachable(exc.stderr):
             raise IntakeError(f"the npm registry could not be reached to look up {name}: "
                               f"{unreachable_reason(exc.stderr)}",
-                              hint="check the network and the registry in ~/.npmrc (npm config get registry), "
-                                   "then try again") from exc
+                              hint="check the network and the registry in ~/.npmrc (npm config get registry; "
+                                   "cafile= for a registry with its own CA), then try again") from exc
         raise
     text = out.stdout.strip()
     if not text:
@@ -196,7 +196,9 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
                                   setting=age_setting)
             if unreachable(exc.stderr):
                 raise IntakeError(f"the npm registry could not be reached to fetch {target}: "
-                                  f"{unreachable_reason(exc.stderr)}", hint="check the network and ~/.npmrc") from exc
+                                  f"{unreachable_reason(exc.stderr)}",
+                                  hint="check the network and ~/.npmrc (cafile= for a registry with its own CA)"
+                                  ) from exc
             raise
         version, integrity, scripts, packages = _check_installed(
             request, staging, env=npm, times=times, now=now, age_hours=age_hours, age_setting=age_setting,

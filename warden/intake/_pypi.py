@@ -2,8 +2,9 @@
 
 * ``uv pip compile --only-binary :all: --generate-hashes --format pylock.toml`` resolves against the user's index
   (uv reads ``uv.toml`` and ``UV_*`` itself; a ``pipx run`` command also gets pip's ``index-url`` /
-  ``extra-index-url`` from ``PIP_*`` and ``pip.conf``). ``--exclude-newer`` is uv's release-age gate; warden
-  checks the chosen version's upload time in the lock again (:mod:`._gate`).
+  ``extra-index-url`` and its ``cert`` / ``client-cert`` files from ``PIP_*`` and ``pip.conf``).
+  ``--exclude-newer`` is uv's release-age gate; warden checks the chosen version's upload time in the lock again
+  (:mod:`._gate`).
 * ``uv pip install -r pylock.toml --only-binary :all:`` installs exactly the locked wheels and checks each
   against the lock's sha256 (the index's hash). No sdist is built: a package with only an sdist is refused,
   named.
@@ -23,7 +24,7 @@ import tomllib
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from warden.errors import IntakeError
 from warden.escape import for_terminal
@@ -50,26 +51,64 @@ def uv_binary() -> str:
         return shutil.which("uv") or "uv"
 
 
-def pip_index_options(env: Mapping[str, str]) -> list[str]:
-    """pip's index settings as uv options: ``PIP_INDEX_URL`` / ``PIP_EXTRA_INDEX_URL``, else the pip.conf files
-    pip reads (site, then user; later ones win)."""
-    index, extra = env.get("PIP_INDEX_URL"), env.get("PIP_EXTRA_INDEX_URL")
-    if index is None and extra is None:
-        home = env.get("HOME", "/nonexistent")
-        files = ["/etc/pip.conf", "/etc/xdg/pip/pip.conf",
-                 os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
-                 os.path.join(home, ".pip", "pip.conf")]
-        if env.get("PIP_CONFIG_FILE"):
-            files.append(env["PIP_CONFIG_FILE"])
-        parser = configparser.ConfigParser(interpolation=None)
-        parser.read([f for f in files if os.path.isfile(f)], encoding="utf-8")
-        if parser.has_section("global"):
-            index = parser.get("global", "index-url", fallback=None)
-            extra = parser.get("global", "extra-index-url", fallback=None)
-    options = ["--index-url", index.strip()] if index else []
+_PIP_TLS: Final = (("cert", "SSL_CERT_FILE"), ("client-cert", "SSL_CLIENT_CERT"))  # pip's setting, uv's variable
+
+
+def _pip_global(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``[global]`` settings of the pip.conf files pip reads: site, then user, then ``PIP_CONFIG_FILE``; later
+    files win, and a ``PIP_<SETTING>`` variable beats every file (pip's own order).
+
+    Raises:
+        IntakeError: a file is not valid pip configuration (pip refuses it too).
+    """
+    home = env.get("HOME", "/nonexistent")
+    files = ["/etc/pip.conf", "/etc/xdg/pip/pip.conf",
+             os.path.join(env.get("XDG_CONFIG_HOME") or os.path.join(home, ".config"), "pip", "pip.conf"),
+             os.path.join(home, ".pip", "pip.conf")]
+    if env.get("PIP_CONFIG_FILE"):
+        files.append(env["PIP_CONFIG_FILE"])
+    parser = configparser.ConfigParser(interpolation=None)
+    for file in (f for f in files if os.path.isfile(f)):
+        try:
+            parser.read(file, encoding="utf-8")
+        except (configparser.Error, UnicodeDecodeError) as exc:
+            raise IntakeError(f"pip's configuration {for_terminal(file)} cannot be read: "
+                              f"{for_terminal(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)}",
+                              hint="fix the file (warden reads it for `pipx run` servers as pip does)") from exc
+    settings = dict(parser.items("global")) if parser.has_section("global") else {}
+    for name in ("index-url", "extra-index-url", *(pip for pip, _ in _PIP_TLS)):
+        variable = "PIP_" + name.upper().replace("-", "_")
+        if variable in env:
+            settings[name] = env[variable]
+    return settings
+
+
+def pip_settings(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+    """pip's configuration as uv's, for a ``pipx run`` command: the index as options (``--index-url``,
+    ``--extra-index-url``) and the TLS files as the variables uv reads (``cert`` → ``SSL_CERT_FILE``,
+    ``client-cert`` → ``SSL_CLIENT_CERT``), so an index behind a private CA works as it does for pip.
+
+    Raises:
+        IntakeError: a TLS setting names a file that does not exist (uv would fail later with a TLS error that
+            does not name the setting).
+    """
+    settings = _pip_global(env)
+    index, extra = settings.get("index-url"), settings.get("extra-index-url")
+    options = ["--index-url", index.strip()] if index and index.strip() else []
     for url in (extra or "").split():
         options += ["--extra-index-url", url]
-    return options
+    tls: dict[str, str] = {}
+    for pip, variable in _PIP_TLS:
+        value = settings.get(pip, "").strip()
+        if not value:
+            continue
+        path = os.path.abspath(os.path.expanduser(value))
+        if not os.path.isfile(path):
+            raise IntakeError(f"pip's {pip} setting names {for_terminal(path)}, which is not a file",
+                              hint=f"fix {pip} in pip.conf (or PIP_{pip.upper().replace('-', '_')}) to name "
+                                   "a PEM file")
+        tls[variable] = path
+    return options, tls
 
 
 def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -127,7 +166,8 @@ def _explain(exc: ClientFailed, request: PackageRequest) -> IntakeError:
     if unreachable(exc.stderr):
         return IntakeError(f"the package index could not be reached to resolve {request.requirement}: "
                            f"{unreachable_reason(exc.stderr)}",
-                           hint="check the network and the index settings (uv.toml, UV_INDEX_URL, pip.conf)")
+                           hint="check the network and the index settings (uv.toml, UV_INDEX_URL, pip.conf); "
+                                "an index with its own CA needs it named: SSL_CERT_FILE, or pip's cert for pipx")
     return exc
 
 
@@ -152,8 +192,8 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
         IntakeError: unknown package, unreachable index, no wheel, the release-age gate, a hash mismatch, or the
             same version republished with other bytes than ``pinned``; nothing is left in the store.
     """
-    uv_env = _uv_env(env)
-    index = pip_index_options(env) if request.runner == "pipx" else []
+    index, tls = pip_settings(env) if request.runner == "pipx" else ([], {})
+    uv_env = _uv_env({**env, **tls})
     limit = cutoff(now, age_hours)
     scratch = Path(tempfile.mkdtemp(prefix="warden-intake-"))
     try:
