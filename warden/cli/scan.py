@@ -172,10 +172,11 @@ def scan_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     else:
         raise ConfigError("nothing to scan", hint="warden scan -- CMD ARGS, warden scan --name NAME, "
                                                   "warden scan --config, or warden scan --host-file PATH")
-    scans = run_trio(_scan_all, ctx, targets, args.timeout)
+    store = PinStore(ctx.private_state_dir())
+    redactor = store.registry()  # names judged by it; and a CI log keeps no registered secret either
+    scans = run_trio(_scan_all, ctx, targets, args.timeout, store, redactor)
     if args.sarif or args.json:
         report = sarif(scans) if args.sarif else report_json(scans)
-        redactor = PinStore(ctx.private_state_dir()).registry()  # a CI log keeps no registered secret either
         print(json.dumps(redactor.json_value(report), indent=1, ensure_ascii=True))
     else:
         for line in table(scans):
@@ -239,17 +240,16 @@ class _Bystander:
         return None
 
 
-async def _scan_all(ctx: CommandContext, targets: Sequence[Target], timeout: float) -> list[ServerScan]:
+async def _scan_all(ctx: CommandContext, targets: Sequence[Target], timeout: float, store: PinStore,
+                    redactor: Redactor) -> list[ServerScan]:
     options = UpstreamOptions()
     scans: list[ServerScan] = []
     for target in targets:
         scans.append(await _read_server(ctx, target, options, timeout))
-    store = PinStore(ctx.private_state_dir())
     neighbours = {s: set(n) for s, n in store.tool_names_by_server().items()}
     for s in scans:
         neighbours.setdefault(s.server, set()).update(
             str(d.get("name")) for d in s.definitions.get("tool", []) if isinstance(d, Mapping))
-    redactor = store.registry()
     for s in scans:
         _judge(s, store, neighbours, redactor)
     return scans

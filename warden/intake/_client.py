@@ -21,8 +21,9 @@ _MAX_OUTPUT = 8 << 20
 _UNREACHABLE = re.compile(r"ECONNREFUSED|ENOTFOUND|ETIMEDOUT|EAI_AGAIN|ECONNRESET|Connection refused|"
                           r"Failed to fetch|error sending request|dns error|timed out|Could not connect",
                           re.IGNORECASE)
-_CERTIFICATE = re.compile(r"certificate|UnknownIssuer|SELF_SIGNED_CERT|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER",
-                          re.IGNORECASE)
+_CERTIFICATE = re.compile(r"invalid peer certificate|certificate verify failed|local issuer certificate|"
+                          r"self[- _]signed certificate|UnknownIssuer|SELF_SIGNED_CERT|UNABLE_TO_VERIFY|"
+                          r"UNABLE_TO_GET_ISSUER|CERT_HAS_EXPIRED", re.IGNORECASE)  # not a package named "certificate…"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +49,9 @@ def unreachable_reason(stderr: str) -> str:
     """The line of the client's error that says what could not be reached (escaped for a terminal); a refused
     certificate first, as it is the one line that says what to fix (uv puts it last, under "Failed to fetch")."""
     lines = stderr.splitlines()
-    for line in [*(line for line in lines if _CERTIFICATE.search(line)), *lines]:
-        if _UNREACHABLE.search(line) or _CERTIFICATE.search(line):
-            return for_terminal(line.removeprefix("npm error").strip()[:400])
-    return last_lines(stderr, 2)
+    line = next((x for x in lines if _CERTIFICATE.search(x)), None) or next(
+        (x for x in lines if _UNREACHABLE.search(x)), None)
+    return last_lines(stderr, 2) if line is None else for_terminal(line.removeprefix("npm error").strip()[:400])
 
 
 def run_client(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None, what: str,
