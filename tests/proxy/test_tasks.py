@@ -72,8 +72,8 @@ class ModernHost:
                 await trio.sleep(answer["result"].get("pollIntervalMs", 100) / 1000)
 
 
-async def test_MS33_MS34_a_2026_task_is_created_polled_and_recorded_through_stdio(tmp_path: Path) -> None:
-    """covers: MS33, MS34. A 2026 host that declares the tasks extension on a call gets the server's
+async def test_MS33_a_2026_task_is_created_polled_and_recorded_through_stdio(tmp_path: Path) -> None:
+    """covers: MS33. A 2026 host that declares the tasks extension on a call gets the server's
     ``CreateTaskResult`` (warden declared the extension upstream on that request only, since both sides did); it
     polls with ``tasks/get`` until ``completed`` and gets the inlined result; a call that does not declare it gets
     the tool's result at once (the server was not offered a task). Cancelling a running task settles it to
@@ -244,3 +244,21 @@ async def test_a_2026_task_over_http(tmp_path: Path) -> None:
         never = await ask(3, "tasks/get", {"taskId": "never-created"}, "never-created")
         assert never["error"]["code"] == -32602
     assert task_outcomes()[task_id]["outcome"] == "ok"
+
+
+async def test_MS11_a_task_keeps_its_progress_token_until_it_ends(tmp_path: Path) -> None:
+    """covers: MS11. A 2025-11-25 call with a ``progressToken`` becomes a task; the server keeps reporting
+    progress on warden's token after the ``CreateTaskResult``, and warden keeps routing it to the host under the
+    host's own token until the task is terminal."""
+    write_config(tmp_path)
+    host, _ = await legacy_host(through_warden([*TASK_SERVER, "--legacy"], "--name", "tasks"))
+    await host.request(1, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 0.6}, "task": {},
+                                         "_meta": {"progressToken": "host-token"}})
+    task = (await host.response(1))["result"]["task"]
+    answered_at = len(host.seen)
+    await host.request(2, "tasks/result", {"taskId": task["taskId"]})
+    await host.response(2)
+    after = [m for m in host.seen[answered_at:] if m.get("method") == "notifications/progress"]
+    assert after, "no progress reached the host after the task was created"
+    assert {m["params"]["progressToken"] for m in after} == {"host-token"}
+    assert await host.close() == 0

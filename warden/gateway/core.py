@@ -480,7 +480,7 @@ class Gateway:
         tasks = request.method == "tools/call" and self._tasks_carried(ctx, link)
         try:
             response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params),
-                                                  sink, screen, tasks=tasks)
+                                                  sink, screen, tasks=tasks, link=link)
             self._note_task(params, ctx, link, reply, index, tasks=tasks)
             await self._tainted_by(request.method, params, link, index, ctx.client)
         except WardenError as exc:
@@ -554,32 +554,47 @@ class Gateway:
     # -- forwarding ---------------------------------------------------------------------------------------------
 
     async def _call_upstream(self, method: str, params: Mapping[str, Any], ctx: Context, sink: Sink, *,
-                             tasks: bool = False) -> Reply:
-        """Send one request upstream for a host request of ``ctx``. ``tasks``: the request declares the 2026 tasks
-        extension (only where :meth:`_tasks_carried` says host and server both did)."""
+                             tasks: bool = False, link: HostLink | None = None) -> Reply:
+        """Send one request upstream for a host request of ``ctx``. ``tasks``: tasks are carried for it (the 2026
+        extension is declared; a ``tools/call`` that becomes a task keeps its progress token routed until the task
+        ends, MS11 — to ``link``'s own channel once the request's stream is gone)."""
         async def progress(update: dict[str, Any]) -> None:
             if ctx.progress_token is None:
                 return
             forwarded = dict(update)
             forwarded["progressToken"] = ctx.progress_token
-            with contextlib.suppress(trio.ClosedResourceError):
-                await sink.send(encode_notification("notifications/progress", encode_json(forwarded)))
+            message = encode_notification("notifications/progress", encode_json(forwarded))
+            try:
+                await sink.send(message)
+            except trio.ClosedResourceError:
+                if link is not None and link.unsolicited is not None and link.unsolicited is not sink:
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await link.unsolicited.send(message)
+
+        def task_of(reply: Reply) -> str | None:
+            try:
+                created = created_task(reply.result_dict(), ctx.era) if reply.ok else None
+            except (RemoteProtocolError, msgspec.DecodeError, TypeError):
+                return None
+            return created[0] if created is not None else None
 
         capabilities = self.guard.declarable(ctx.capabilities, era=Era.MODERN)
         if tasks:
             capabilities["extensions"] = {TASKS_EXTENSION: {}}
+        keep = task_of if tasks and method == "tools/call" and ctx.progress_token is not None else None
         return await self.upstream.request(method, params, capabilities=capabilities, log_level=ctx.log_level,
-                                           on_progress=progress, lane=ctx.upstream)
+                                           on_progress=progress, lane=ctx.upstream, keep_progress=keep)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
-                       sink: Sink, screen: _Screen | None = None, *, tasks: bool = False) -> tuple[bytes, Reply]:
+                       sink: Sink, screen: _Screen | None = None, *, tasks: bool = False,
+                       link: HostLink | None = None) -> tuple[bytes, Reply]:
         """Send the request upstream and shape the answer for the host's era; returns the encoded response and
         the server's final reply (as the server sent it). ``screen``: the content rules the final result passes
         through before anything of it is encoded for the host (they may refuse it: PolicyError). ``tasks``: the
         request declares the tasks extension, so a ``"task"`` result is valid."""
         description = await self._connected()
         forwarded = strip_host_meta(params)
-        reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks)
+        reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks, link=link)
         for _ in range(MAX_INPUT_ROUNDS):
             if not reply.ok:
                 assert reply.error is not None
@@ -802,6 +817,7 @@ class Gateway:
         if not reply.ok:
             assert reply.error is not None
             if request.method == "tasks/result":  # the underlying call's own error, returned as it was
+                self.upstream.release_progress(task_id)
                 self._task_ended(task_id, "failed", None, reply.message or "the task failed")
             return encode_error_object(reply.error, request.id)
         assert reply.result is not None
@@ -813,6 +829,7 @@ class Gateway:
                                           jsonrpc_code=INTERNAL_ERROR)
             raw = raw if stated else _state_complete(raw)
         if request.method == "tasks/result":
+            self.upstream.release_progress(task_id)
             raw = _Screen(self.guard, entry.tool)(raw)
             await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
             self._task_ended(task_id, "completed", raw, None)
@@ -824,6 +841,8 @@ class Gateway:
         if task.get("taskId") != task_id:
             raise RemoteProtocolError(f"the server answered {request.method} about another task",
                                       jsonrpc_code=INTERNAL_ERROR)
+        if status in TERMINAL:
+            self.upstream.release_progress(task_id)
         if ctx.era is Era.MODERN and status == "input_required":
             self._vet_input_requests(task.get("inputRequests"), ctx)
         if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
@@ -910,15 +929,19 @@ class Gateway:
             body = {}
         task_id = body.get("taskId")
         entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
-        owner = next((link for link in self._links if entry is not None and link.id == entry.owner), None)
-        if entry is None or owner is None or owner.unsolicited is None or method not in SERVER_NOTIFICATIONS[owner.era]:
-            log.info("%s: %s for a task no connected host owns; dropped", self._name, method)
+        if entry is None or not isinstance(task_id, str):
+            log.info("%s: %s for a task warden did not carry; dropped", self._name, method)
             return
-        assert isinstance(task_id, str)
         status = body.get("status")
-        if status in TERMINAL and status != "completed":  # a completed task's result is recorded when fetched
-            self._task_ended(task_id, status, None, body.get("statusMessage")
-                             if isinstance(body.get("statusMessage"), str) else None)
+        if status in TERMINAL:
+            self.upstream.release_progress(task_id)
+            if status != "completed":  # a completed task's result is recorded when it is fetched
+                message = body.get("statusMessage")
+                self._task_ended(task_id, status, None, message if isinstance(message, str) else None)
+        owner = next((link for link in self._links if link.id == entry.owner), None)
+        if owner is None or owner.unsolicited is None or method not in SERVER_NOTIFICATIONS[owner.era]:
+            log.info("%s: %s for a task whose host is not connected; dropped", self._name, method)
+            return
         with contextlib.suppress(trio.ClosedResourceError):
             await owner.unsolicited.send(encode_notification(method, params))
 
