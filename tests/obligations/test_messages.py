@@ -431,8 +431,9 @@ async def test_MS26_ttl_expiry_is_not_a_polling_interval(
 
 
 async def test_MS33_the_tasks_extension_is_never_declared_upstream(tmp_path: Path) -> None:
-    """A 2026 host declares the tasks extension: warden cannot handle a task result (it carries no tasks), so the
-    request it sends the server declares no extension at all."""
+    """A 2026 host declares the tasks extension but the server does not: warden carries tasks only where both
+    sides declared them, so the request it sends the server declares no extension at all (the positive side, both
+    declaring: tests/proxy/test_tasks.py)."""
     async with gateway_in_process(tmp_path, modern_server, user_policy=ALL_ON) as (host, connector):
         caps = {"extensions": {"io.modelcontextprotocol/tasks": {}}, "elicitation": {}}
         await host.request(1, "tools/call", {"name": "echo", "arguments": {}, "_meta": modern_meta(caps)})

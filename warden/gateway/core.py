@@ -42,6 +42,16 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
+from warden.gateway.tasks import (
+    LEGACY_TASKS_VERSION,
+    TASKS_EXTENSION,
+    TERMINAL,
+    TaskEntry,
+    TaskTable,
+    created_task,
+    declares_extension,
+    legacy_task_capability,
+)
 from warden.policy import ContentFinding, Decision, Effect, EntryKind, HostCapabilities
 from warden.policy.pins import arguments_digest
 from warden.policy.pins import digest as pin_digest
@@ -65,6 +75,7 @@ from warden.protocol.messages import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     REQUEST_TIMEOUT,
     UNSUPPORTED_PROTOCOL_VERSION,
     Notification,
@@ -178,6 +189,14 @@ def _state_complete(raw: bytes) -> bytes:
     return b'{"resultType":"complete"' + (b"," + body if body[:1] != b"}" else b"}")
 
 
+def _reports_error(raw: bytes, era: Era) -> bool:
+    """Whether a finished task's tool result says the tool failed (``isError``): a 2026 ``tasks/get`` carries it
+    under ``result``, a 2025-11-25 ``tasks/result`` is the tool result itself."""
+    body = decode_object(raw)
+    result = body.get("result") if era is Era.MODERN else body
+    return isinstance(result, dict) and result.get("isError") is True
+
+
 class _ResultType(msgspec.Struct):
     resultType: str | None = None
 
@@ -269,6 +288,8 @@ class Gateway:
         self._visible: dict[EntryKind, frozenset[str]] = {}
         self._elicited: OrderedDict[str, HostLink] = OrderedDict()
         """The host each URL-mode elicitation went to, by ``elicitationId``: its completion goes there only."""
+        self._tasks = TaskTable()
+        """Which host owns which task of this server: task requests and notifications go to the owner only."""
         self._handlers = self._handler_table()
 
     def bind(self, upstream: Upstream) -> None:
@@ -372,8 +393,7 @@ class Gateway:
         lane = await self._lane(ctx, link)
         if lane is not ctx.upstream:
             ctx = dataclasses.replace(ctx, upstream=lane)
-        if method.startswith("tasks/") or (method in ("resources/subscribe", "resources/unsubscribe")
-                                           and ctx.upstream is not ctx.era):
+        if method in ("resources/subscribe", "resources/unsubscribe") and ctx.upstream is not ctx.era:
             return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
         handler = self._handlers.get(method, self._forwarded)
         return await handler(request, ctx, params, link, sink)
@@ -391,6 +411,8 @@ class Gateway:
             "resources/read": self._read,
         }
         table.update(dict.fromkeys(LIST_METHODS, self._list))
+        table.update(dict.fromkeys(("tasks/get", "tasks/result", "tasks/update", "tasks/cancel"), self._task_request))
+        table["tasks/list"] = self._task_list
         return table
 
     async def _ping(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
@@ -418,6 +440,10 @@ class Gateway:
                        sink: Sink) -> bytes:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
         description = await self._connected()
+        if "task" in params and request.method == "tools/call" and ctx.era is Era.LEGACY and \
+                not self._tasks_carried(ctx, link):
+            raise RemoteProtocolError("this server offers no task-augmented tools/call through warden; call it "
+                                      "without the task parameter", jsonrpc_code=INVALID_PARAMS)
         if ctx.era is Era.MODERN and (ctx.upstream is Era.LEGACY or await self._needs_human(request.method, params,
                                                                                            ctx, link)):
             return await self._exchange(request, ctx, params, link, description)
@@ -451,9 +477,11 @@ class Gateway:
         asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
         index = await self._authorize(request, params, asker, ctx.client, link.session_key)
         screen = _screen_of(self.guard, request.method, params)
+        tasks = request.method == "tools/call" and self._tasks_carried(ctx, link)
         try:
             response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params),
-                                                  sink, screen)
+                                                  sink, screen, tasks=tasks, link=link)
+            self._note_task(params, ctx, link, reply, index, tasks=tasks)
             await self._tainted_by(request.method, params, link, index, ctx.client)
         except WardenError as exc:
             self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
@@ -484,7 +512,9 @@ class Gateway:
         lane = await self._lane(Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, None), link)
         result: dict[str, Any] = {
             "protocolVersion": link.legacy.version,
-            "capabilities": present_capabilities(description.capabilities, upstream_era=lane, host_era=Era.LEGACY),
+            "capabilities": present_capabilities(description.capabilities, upstream_era=lane, host_era=Era.LEGACY,
+                                                 upstream_version=description.version,
+                                                 host_version=link.legacy.version),
             "serverInfo": dict(description.server_info),
         }
         instructions = self._with_notice(self.guard.approved_instructions(description.instructions))
@@ -498,7 +528,7 @@ class Gateway:
             "resultType": "complete",
             "supportedVersions": list(MODERN_VERSIONS),
             "capabilities": present_capabilities(description.capabilities, upstream_era=description.era,
-                                                 host_era=Era.MODERN),
+                                                 host_era=Era.MODERN, upstream_version=description.version),
             "ttlMs": 0,
             "cacheScope": "private",
             "_meta": {META_SERVER_INFO: dict(description.server_info)},
@@ -523,33 +553,55 @@ class Gateway:
 
     # -- forwarding ---------------------------------------------------------------------------------------------
 
-    async def _call_upstream(self, method: str, params: Mapping[str, Any], ctx: Context, sink: Sink) -> Reply:
+    async def _call_upstream(self, method: str, params: Mapping[str, Any], ctx: Context, sink: Sink, *,
+                             tasks: bool = False, link: HostLink | None = None) -> Reply:
+        """Send one request upstream for a host request of ``ctx``. ``tasks``: tasks are carried for it (the 2026
+        extension is declared; a ``tools/call`` that becomes a task keeps its progress token routed until the task
+        ends, MS11 — to ``link``'s own channel once the request's stream is gone)."""
         async def progress(update: dict[str, Any]) -> None:
             if ctx.progress_token is None:
                 return
             forwarded = dict(update)
             forwarded["progressToken"] = ctx.progress_token
-            with contextlib.suppress(trio.ClosedResourceError):
-                await sink.send(encode_notification("notifications/progress", encode_json(forwarded)))
+            message = encode_notification("notifications/progress", encode_json(forwarded))
+            try:
+                await sink.send(message)
+            except trio.ClosedResourceError:
+                if link is not None and link.unsolicited is not None and link.unsolicited is not sink:
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await link.unsolicited.send(message)
 
-        return await self.upstream.request(
-            method, params, capabilities=self.guard.declarable(ctx.capabilities, era=Era.MODERN),
-            log_level=ctx.log_level, on_progress=progress, lane=ctx.upstream)
+        def task_of(reply: Reply) -> str | None:
+            try:
+                created = created_task(reply.result_dict(), ctx.era) if reply.ok else None
+            except (RemoteProtocolError, msgspec.DecodeError, TypeError):
+                return None
+            return created[0] if created is not None else None
+
+        capabilities = self.guard.declarable(ctx.capabilities, era=Era.MODERN)
+        if tasks:
+            capabilities["extensions"] = {TASKS_EXTENSION: {}}
+        keep = task_of if tasks and method == "tools/call" and ctx.progress_token is not None else None
+        return await self.upstream.request(method, params, capabilities=capabilities, log_level=ctx.log_level,
+                                           on_progress=progress, lane=ctx.upstream, keep_progress=keep)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
-                       sink: Sink, screen: _Screen | None = None) -> tuple[bytes, Reply]:
+                       sink: Sink, screen: _Screen | None = None, *, tasks: bool = False,
+                       link: HostLink | None = None) -> tuple[bytes, Reply]:
         """Send the request upstream and shape the answer for the host's era; returns the encoded response and
         the server's final reply (as the server sent it). ``screen``: the content rules the final result passes
-        through before anything of it is encoded for the host (they may refuse it: PolicyError)."""
+        through before anything of it is encoded for the host (they may refuse it: PolicyError). ``tasks``: the
+        request declares the tasks extension, so a ``"task"`` result is valid."""
         description = await self._connected()
         forwarded = strip_host_meta(params)
-        reply = await self._call_upstream(request.method, forwarded, ctx, sink)
+        reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks, link=link)
         for _ in range(MAX_INPUT_ROUNDS):
             if not reply.ok:
                 assert reply.error is not None
                 return encode_error_object(reply.error, request.id), reply
             assert reply.result is not None
-            kind, stated = self._result_type(reply.result) if ctx.upstream is Era.MODERN else ("complete", True)
+            kind, stated = self._result_type(reply.result, tasks=tasks) if ctx.upstream is Era.MODERN \
+                else ("complete", True)
             shown = reply if screen is None or kind == "input_required" else Reply(result=screen(reply.result))
             assert shown.result is not None
             if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
@@ -605,7 +657,8 @@ class Gateway:
             return encode_error_object(step.error, request.id)
         assert step.result is not None
         if ctx.upstream is Era.MODERN:  # the server's own result, input_required included, passes through
-            return encode_result(request.id, step.result if self._result_type(step.result)[1]
+            tasks = request.method == "tools/call" and self._tasks_carried(ctx, link)
+            return encode_result(request.id, step.result if self._result_type(step.result, tasks=tasks)[1]
                                  else _state_complete(step.result))
         return encode_result(request.id, encode_json(
             to_modern_result(step.result_dict(), request.method, description.server_info)))
@@ -622,13 +675,14 @@ class Gateway:
         index: int | None = None
         screen = _screen_of(self.guard, method, params)
         shown: Reply | None = None
+        tasks = method == "tools/call" and self._tasks_carried(ctx, link)
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
             index = await self._authorize(request, params, asker, ctx.client, link.session_key)
             forwarded = strip_host_meta(self._screened_arguments(method, params))
             for _ in range(MAX_INPUT_ROUNDS):
-                result = await self._call_upstream(method, forwarded, ctx, _NO_SINK)
+                result = await self._call_upstream(method, forwarded, ctx, _NO_SINK, tasks=tasks)
                 if result.ok or result.code != URL_ELICITATION_REQUIRED:
                     break
                 data = result.error_data()
@@ -641,8 +695,11 @@ class Gateway:
                 if not all(answer.ok for answer in answers):
                     break
             if screen is not None and isinstance(result, Reply) and result.ok and result.result is not None and (
-                    ctx.upstream is not Era.MODERN or self._result_type(result.result)[0] != "input_required"):
+                    ctx.upstream is not Era.MODERN or self._result_type(result.result, tasks=tasks)[0]
+                    != "input_required"):
                 shown = Reply(result=screen(result.result))
+            if isinstance(result, Reply):
+                self._note_task(params, ctx, link, result, index, tasks=tasks)
             await self._tainted_by(method, params, link, index, ctx.client)
         except WardenError as exc:
             result = exc
@@ -660,13 +717,14 @@ class Gateway:
             await exchange.collected.wait()
         self._exchanges.pop(exchange.id, None)
 
-    def _result_type(self, raw: bytes) -> tuple[str, bool]:
-        """The result's type (absent means complete, LC16; unknown is invalid, LC17) and whether it was stated."""
+    def _result_type(self, raw: bytes, *, tasks: bool = False) -> tuple[str, bool]:
+        """The result's type (absent means complete, LC16; unknown is invalid, LC17; ``"task"`` only on a request
+        that declared the tasks extension, ``tasks``) and whether it was stated."""
         try:
             stated = _peek_result_type(raw).resultType
         except msgspec.DecodeError as exc:
             raise RemoteProtocolError("the server's resultType is not a string", jsonrpc_code=INTERNAL_ERROR) from exc
-        return result_type({} if stated is None else {"resultType": stated}), stated is not None
+        return result_type({} if stated is None else {"resultType": stated}, tasks_declared=tasks), stated is not None
 
     async def _relay_input_required(self, method: str, params: dict[str, Any], ctx: Context, sink: Sink,
                                     result: dict[str, Any]) -> Reply:
@@ -705,6 +763,187 @@ class Gateway:
                 return entry.link
         raise RemoteProtocolError("the server asked for input outside a request that may ask",
                                   jsonrpc_code=INTERNAL_ERROR)
+
+    # -- tasks (issue 15 item 2): carried where host and server speak the same form; each task has one owner ------
+
+    def _tasks_carried(self, ctx: Context, link: HostLink) -> bool:
+        """Whether this request of ``link`` may take part in tasks: host and server speak the same form on the
+        lane it travels (2026: both declared the extension, the host on this very request, MS33; 2025-11-25: both
+        negotiated that version and the server offers task-augmented ``tools/call``). Otherwise there is no
+        defined translation, and tasks are not carried at all."""
+        description = self.upstream.description
+        if description is None or ctx.upstream is not ctx.era or description.era is not ctx.era:
+            return False
+        if ctx.era is Era.MODERN:
+            return declares_extension(description.capabilities) and declares_extension(ctx.capabilities)
+        return (link.legacy is not None and link.legacy.version == LEGACY_TASKS_VERSION
+                and description.version == LEGACY_TASKS_VERSION
+                and legacy_task_capability(description.capabilities) is not None)
+
+    def _note_task(self, params: Mapping[str, Any], ctx: Context, link: HostLink, reply: Reply,
+                   index: int | None, *, tasks: bool) -> None:
+        """Remember the task a ``tools/call`` created as ``link``'s, tied to the call's decision record (its
+        outcome is recorded against that record when the task ends).
+
+        Raises:
+            RemoteProtocolError: a 2025-11-25 server answered with a task the call did not ask for, or a task
+                warden cannot carry (a 2026 one the request did not declare was refused by the result type).
+        """
+        if not reply.ok or reply.result is None:
+            return
+        legacy_asked = ctx.era is Era.LEGACY and "task" in params
+        if not (tasks and (ctx.era is Era.MODERN or legacy_asked)):
+            if ctx.era is Era.LEGACY and b'"task"' in reply.result and "task" in reply.result_dict():
+                raise RemoteProtocolError("the server answered with a task this call did not ask for",
+                                          jsonrpc_code=INTERNAL_ERROR)
+            return
+        created = created_task(reply.result_dict(), ctx.era)
+        if created is None:
+            return  # the server answered at once: creating a task is its choice
+        name = params.get("name")
+        self._tasks.add(created[0], TaskEntry(link.id, ctx.era, name if isinstance(name, str) else "", index,
+                                              ctx.upstream))
+
+    async def _task_request(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                            sink: Sink) -> bytes:
+        """``tasks/get``, ``tasks/result``, ``tasks/update``, ``tasks/cancel``: only for a task this host created
+        through warden (refused, never forwarded, otherwise); the answer passes the content rules of the tool the
+        task runs, and a task seen ending gets its outcome record, tied to the call's decision."""
+        refusal = self._tasks_refused(request, ctx, link)
+        if refusal is not None:
+            return refusal
+        task_id, entry = self._tasks.owned(params.get("taskId"), link.id)
+        reply = await self._call_upstream(request.method, strip_host_meta(params), ctx, sink, tasks=True)
+        if not reply.ok:
+            assert reply.error is not None
+            if request.method == "tasks/result":  # the underlying call's own error, returned as it was
+                self.upstream.release_progress(task_id)
+                self._task_ended(task_id, "failed", None, reply.message or "the task failed")
+            return encode_error_object(reply.error, request.id)
+        assert reply.result is not None
+        raw = reply.result
+        if ctx.era is Era.MODERN:
+            kind, stated = self._result_type(raw)
+            if kind != "complete":
+                raise RemoteProtocolError(f"the server answered {request.method} with resultType {kind!r}",
+                                          jsonrpc_code=INTERNAL_ERROR)
+            raw = raw if stated else _state_complete(raw)
+        if request.method == "tasks/result":
+            self.upstream.release_progress(task_id)
+            raw = _Screen(self.guard, entry.tool)(raw)
+            await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+            self._task_ended(task_id, "completed", raw, None)
+            return encode_result(request.id, raw)
+        if request.method == "tasks/update" or (request.method == "tasks/cancel" and ctx.era is Era.MODERN):
+            return encode_result(request.id, raw)  # an acknowledgement; the status is seen through tasks/get
+        task = reply.result_dict()
+        status = task.get("status")
+        if task.get("taskId") != task_id:
+            raise RemoteProtocolError(f"the server answered {request.method} about another task",
+                                      jsonrpc_code=INTERNAL_ERROR)
+        if status in TERMINAL:
+            self.upstream.release_progress(task_id)
+        if ctx.era is Era.MODERN and status == "input_required":
+            self._vet_input_requests(task.get("inputRequests"), ctx)
+        if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
+            task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
+            raw = encode_json(task)
+            await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+        if status != "completed" or ctx.era is Era.MODERN:  # a 2025-11-25 result comes with tasks/result
+            error = task.get("error")
+            self._task_ended(task_id, status, raw, error.get("message") if isinstance(error, dict) else
+                             task.get("statusMessage") if isinstance(task.get("statusMessage"), str) else None)
+        return encode_result(request.id, raw)
+
+    def _tasks_refused(self, request: Request, ctx: Context, link: HostLink) -> bytes | None:
+        """The answer to a task request warden does not carry for this host: -32021 to a 2026 host that did not
+        declare the extension on this request (the server offers it), else method not found."""
+        if self._tasks_carried(ctx, link):
+            return None
+        description = self.upstream.description
+        if ctx.era is Era.MODERN and ctx.upstream is Era.MODERN and description is not None and \
+                declares_extension(description.capabilities):
+            return encode_error(request.id, MISSING_REQUIRED_CLIENT_CAPABILITY, "Missing required client capability",
+                                {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}})
+        return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {request.method} to this server")
+
+    async def _task_list(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                         sink: Sink) -> bytes:
+        """2025-11-25 ``tasks/list``: the server lists every task of warden's one session with it; the host sees
+        only its own (a task retrievable by ``tasks/get`` for it stays listable, other hosts' never are)."""
+        refusal = self._tasks_refused(request, ctx, link)
+        if refusal is not None:
+            return refusal
+        reply = await self._call_upstream(request.method, strip_host_meta(params), ctx, sink, tasks=True)
+        if not reply.ok:
+            assert reply.error is not None
+            return encode_error_object(reply.error, request.id)
+        body = reply.result_dict()
+        listed = body.get("tasks")
+        if not isinstance(listed, list):
+            raise RemoteProtocolError("the server's tasks/list has no tasks array", jsonrpc_code=INTERNAL_ERROR)
+        body["tasks"] = [t for t in listed if isinstance(t, dict) and self._tasks.owns(t.get("taskId"), link.id)]
+        return encode_result(request.id, encode_json(body))
+
+    def _vet_input_requests(self, requests: object, ctx: Context) -> None:
+        """A task waiting for input puts the server's questions in ``tasks/get``: they reach the host only if
+        each is one it declared and the policy allows, as a question on the wire would (invariant 6).
+
+        Raises:
+            RemoteProtocolError: a question warden would not ask this host (nothing of the answer is shown).
+        """
+        if not isinstance(requests, dict):
+            raise RemoteProtocolError("inputRequests must be an object", jsonrpc_code=INTERNAL_ERROR)
+        for question in requests.values():
+            method = question.get("method") if isinstance(question, dict) else None
+            asked = question.get("params") if isinstance(question, dict) else None
+            if method not in INPUT_REQUEST_METHODS or not isinstance(asked, dict):
+                raise RemoteProtocolError("the task asks a question warden cannot carry", jsonrpc_code=INTERNAL_ERROR)
+            decision = self.guard.decide_question(str(method), asked, ctx.capabilities)
+            if not decision.allowed:
+                raise RemoteProtocolError(f"warden refused the task's {method}: {decision.reason}",
+                                          jsonrpc_code=INTERNAL_ERROR)
+
+    def _task_ended(self, task_id: str, status: object, raw: bytes | None, error: str | None) -> None:
+        """The outcome record of a task seen ending (once), tied to the decision of the call that created it."""
+        entry = self._tasks.ended(task_id, status)
+        if entry is None:
+            return
+        if status == "cancelled":
+            outcome, error = audit.Outcome.CANCELLED, error or "the task was cancelled"
+        elif status == "failed":
+            outcome, error = audit.Outcome.ERROR, error or "the task failed"
+        else:
+            is_error = raw is not None and b'"isError"' in raw and _reports_error(raw, entry.era)
+            outcome = audit.Outcome.ERROR if is_error else audit.Outcome.OK
+        self.recorder.outcome(entry.decision_index, method="tools/call", result=raw if status == "completed" else None,
+                              error=error if status != "completed" else None, outcome=outcome,
+                              target=f"task {task_id}")
+
+    async def _task_notification(self, method: str, params: bytes | None) -> None:
+        """A task's status notification reaches only the host that owns the task (none if no connected host
+        does); one showing the task ended records its outcome."""
+        try:
+            body = decode_object(params) if params else {}
+        except (msgspec.DecodeError, TypeError):
+            body = {}
+        task_id = body.get("taskId")
+        entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
+        if entry is None or not isinstance(task_id, str):
+            log.info("%s: %s for a task warden did not carry; dropped", self._name, method)
+            return
+        status = body.get("status")
+        if status in TERMINAL:
+            self.upstream.release_progress(task_id)
+            if status != "completed":  # a completed task's result is recorded when it is fetched
+                message = body.get("statusMessage")
+                self._task_ended(task_id, status, None, message if isinstance(message, str) else None)
+        owner = next((link for link in self._links if link.id == entry.owner), None)
+        if owner is None or owner.unsolicited is None or method not in SERVER_NOTIFICATIONS[owner.era]:
+            log.info("%s: %s for a task whose host is not connected; dropped", self._name, method)
+            return
+        with contextlib.suppress(trio.ClosedResourceError):
+            await owner.unsolicited.send(encode_notification(method, params))
 
     async def _list(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                     sink: Sink) -> bytes:
@@ -906,6 +1145,9 @@ class Gateway:
     async def on_notification(self, method: str, params: bytes | None) -> None:
         """Runs inside the server's reader, so it never waits for the server: a list change is re-read in the
         background, and requests that depend on that list wait for the re-read (quarantine before use)."""
+        if method in ("notifications/tasks/status", "notifications/tasks"):
+            await self._task_notification(method, params)
+            return
         if method == "notifications/subscriptions/acknowledged":
             self._check_acknowledgement(params)
             return

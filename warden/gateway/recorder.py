@@ -148,18 +148,21 @@ class Recorder:
         return None
 
     def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
-                outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = ()) -> None:
+                outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = (),
+                target: str | None = None) -> None:
         """Record how an allowed action ended. Nothing waits for this one to be durable (the decision was), so it
         is queued and the answer goes out at once: the record is even built on the event loop's next pass, after
         the answer this call returns was written (the channel writes inline), so its digest and encoding are not
-        in the host's round trip."""
+        in the host's round trip. ``target``: what ended, when it is not the request itself (a call's task: its
+        first outcome is the task's creation, this one its end)."""
         if index is None or self._log is None:
             return
         trio.lowlevel.current_trio_token().run_sync_soon(self._outcome, index, method, result, error, outcome,
-                                                         redactions)
+                                                         redactions, target)
 
     def _outcome(self, index: int, method: str, result: bytes | None, error: str | None,
-                 outcome: audit.Outcome | None, redactions: Sequence[tuple[str, str]] = ()) -> None:
+                 outcome: audit.Outcome | None, redactions: Sequence[tuple[str, str]] = (),
+                 target: str | None = None) -> None:
         """The outcome record itself. Runs as a callback of the event loop, where an exception would end warden
         rather than this call: whatever goes wrong is logged instead (the decision is already durable)."""
         assert self._log is not None
@@ -167,6 +170,7 @@ class Recorder:
         try:
             record = self._record(
                 audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
+                target=audit.bounded_text(target, _TARGET_MAX) if target is not None else None,
                 result_digest=audit.digest(result) if result is not None else None,
                 result_size=len(result) if result is not None else None,
                 error=audit.bounded_text(error, _TEXT_MAX) if error else None,

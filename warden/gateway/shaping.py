@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from warden.gateway.tasks import presented
 from warden.protocol.eras import (
     CACHEABLE_METHODS,
     META_CLIENT_CAPABILITIES,
@@ -27,7 +28,8 @@ _MODERN_RESULT_META: Final = (META_SERVER_INFO, META_SUBSCRIPTION_ID)
 _HOST_META: Final = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, "progressToken")
 
 SERVER_FEATURES: Final = ("tools", "prompts", "resources", "completions", "logging")
-"""Server capabilities warden passes on. Others (tasks, extensions, experimental) are withheld: warden does not
+"""Server capabilities warden passes on as they are. Tasks pass only where host and server speak the same form
+(:func:`warden.gateway.tasks.presented`); other extensions and ``experimental`` are withheld: warden does not
 forward what it cannot check."""
 
 CLIENT_FEATURES: Final = ("roots", "sampling", "elicitation")
@@ -73,8 +75,10 @@ def to_modern_result(result: dict[str, Any], method: str, server_info: Mapping[s
     return result
 
 
-def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, host_era: Era) -> dict[str, Any]:
-    """The server capabilities warden shows its host: the upstream's, limited to what warden forwards.
+def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, host_era: Era,
+                         upstream_version: str | None = None, host_version: str | None = None) -> dict[str, Any]:
+    """The server capabilities warden shows its host: the upstream's, limited to what warden forwards (tasks only
+    at matching forms and versions: ``upstream_version`` and ``host_version`` are the negotiated ones).
 
     Change signals cross eras through warden (its own ``subscriptions/listen`` on a 2026 server, the legacy
     session's notifications for a 2026 host's listen); per-resource subscriptions cross only from a legacy server
@@ -89,6 +93,10 @@ def present_capabilities(capabilities: Mapping[str, Any], *, upstream_era: Era, 
         if upstream_era is Era.MODERN and host_era is Era.LEGACY:
             value.pop("subscribe", None)
         out[key] = value
+    tasks = presented(capabilities, upstream_era=upstream_era, upstream_version=upstream_version,
+                      host_era=host_era, host_version=host_version)
+    if tasks is not None:
+        out[tasks[0]] = tasks[1]
     return out
 
 

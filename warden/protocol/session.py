@@ -78,6 +78,9 @@ __all__ = [
 W = TypeVar("W")
 
 REMEMBERED_CANCELLED: Final = 1024
+KEPT_PROGRESS: Final = 4096
+"""How many settled requests' progress tokens a session keeps routing (requests that became tasks, MS11); past
+that the oldest is dropped (invariant 13)."""
 """How many ids of requests warden gave up on are remembered, so a late answer is reported as late, not unknown."""
 
 
@@ -258,6 +261,7 @@ class Session(Generic[W]):
         self._progress_prefix = progress_prefix
         self._pending: dict[bytes, Pending[W]] = {}
         self._by_token: dict[str, Pending[W]] = {}
+        self._kept: OrderedDict[str, Pending[W]] = OrderedDict()
         self._given_up: OrderedDict[bytes, None] = OrderedDict()
         self._incoming: dict[tuple[str, object], _Incoming] = {}
         self._timers: list[tuple[float, int, Pending[W]]] = []
@@ -406,6 +410,10 @@ class Session(Generic[W]):
                     pending.deadline = extended
                     self._arm(pending)
                 yield Progress(pending, params)
+                return
+            kept = self._kept.get(token) if isinstance(token, str) else None
+            if kept is not None:
+                yield Progress(kept, params)  # a request that became a task: no deadline left to push out
             return  # progress for a request this session no longer tracks has nowhere to go
         elif note.method == "notifications/cancelled":
             request_id = _params(note.params).get("requestId")
@@ -462,6 +470,20 @@ class Session(Generic[W]):
         self._timers.clear()
         self._incoming.clear()
         return failed
+
+    def keep_progress(self, pending: Pending[W]) -> None:
+        """Keep routing ``notifications/progress`` for a settled request's token (MS11: the request became a task,
+        and its token stays valid until the task ends) until :meth:`drop_progress`. Bounded by
+        :data:`KEPT_PROGRESS`, oldest dropped first."""
+        if pending.token is None:
+            return
+        self._kept[pending.token] = pending
+        while len(self._kept) > KEPT_PROGRESS:
+            self._kept.popitem(last=False)
+
+    def drop_progress(self, token: str) -> None:
+        """Stop routing progress for ``token`` (its task ended); unknown tokens are ignored."""
+        self._kept.pop(token, None)
 
     def _forget(self, pending: Pending[W]) -> None:
         del self._pending[pending.id]

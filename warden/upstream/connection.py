@@ -17,6 +17,7 @@ import contextlib
 import enum
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, final
@@ -65,6 +66,7 @@ from warden.protocol.probe import (
     check_initialize_result,
 )
 from warden.protocol.session import (
+    KEPT_PROGRESS,
     Answered,
     Cancelled,
     Dropped,
@@ -302,6 +304,8 @@ class _Session:
         self._engine: Session[_Waiter] = Session(ids=numeric_ids, request_timeout=options.request_timeout,
                                                  max_request_time=options.max_request_time)
         self._server_requests: dict[tuple[str, object], trio.CancelScope] = {}
+        self._kept: OrderedDict[str, str] = OrderedDict()
+        """Progress tokens kept routed past their request, by task id (MS11)."""
         self._rearm = trio.Event()
         self._armed_for = math.inf
         self.closed = trio.Event()
@@ -315,10 +319,13 @@ class _Session:
                       capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
                       timeout: float | None = None, on_progress: ProgressCallback | None = None,
                       cancel_on_timeout: bool = True, with_progress_token: bool = True,
-                      stream: bool = False, lane: Era | None = None) -> Reply:
+                      stream: bool = False, lane: Era | None = None,
+                      keep_progress: Callable[[Reply], str | None] | None = None) -> Reply:
         """Send a request and wait for its reply. ``stream``: a ``subscriptions/listen``, which normally never
         gets one, so it has no deadline (MS08). ``lane``: ``Era.LEGACY`` sends a dual-era server a request of the
-        session it also opened with ``initialize`` (no 2026 ``_meta``), for a legacy host.
+        session it also opened with ``initialize`` (no 2026 ``_meta``), for a legacy host. ``keep_progress``: given
+        the reply, the key (a task id) under which the request's progress keeps reaching ``on_progress`` after it
+        settled, until :meth:`release_progress` with that key (MS11); None to stop as usual.
 
         Raises:
             UpstreamTimeout: no reply before the deadline (after ``notifications/cancelled`` was sent, unless this
@@ -354,7 +361,19 @@ class _Session:
                     await self._send_shielded(cancel)
         if waiter.reply is None:
             raise UpstreamTimeout(f"{method} got no answer from the server within its deadline")
+        key = keep_progress(waiter.reply) if keep_progress is not None and pending.token is not None else None
+        if key is not None and pending.token is not None:
+            self._engine.keep_progress(pending)
+            self._kept[key] = pending.token
+            while len(self._kept) > KEPT_PROGRESS:
+                self._kept.popitem(last=False)
         return waiter.reply
+
+    def release_progress(self, key: str) -> None:
+        """The task ``key`` ended: its request's progress token is no longer routed."""
+        token = self._kept.pop(key, None)
+        if token is not None:
+            self._engine.drop_progress(token)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         try:
@@ -559,6 +578,13 @@ class Upstream:
             session = self._session
             assert session is not None
         return await session.request(method, params, **kwargs)
+
+    def release_progress(self, key: str) -> None:
+        """Stop routing the progress of the request that became task ``key`` (it ended), on whichever session
+        carried it."""
+        for session in (self._session, self._lane):
+            if session is not None:
+                session.release_progress(key)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
         await self.wait_connected()

@@ -1,0 +1,183 @@
+"""Tasks through warden: when the extension is negotiated, and which host owns which task. Pure: no I/O.
+
+Two wire forms exist and the spec defines no translation between them (SEP-2663 "Backward Compatibility"): the
+2026-07-28 extension ``io.modelcontextprotocol/tasks`` (negotiated per request in ``clientCapabilities.extensions``
+and in ``server/discover``; ``tools/call`` answers ``resultType: "task"``; ``tasks/get|update|cancel``) and the
+2025-11-25 experimental ``tasks`` capability (``initialize``; a ``task`` param on ``tools/call`` answered with
+``{"task": {...}}``; ``tasks/get|result|list|cancel``). So tasks are carried only where host and server speak the
+same form, and are never advertised to a host of the other era.
+
+A task id is a bearer handle at the server (SEP-2663 "Security Implications"); warden is the one client the server
+sees for every host, so the server cannot tell hosts apart. :class:`TaskTable` does: each task belongs to the host
+link whose ``tools/call`` created it, and a task request naming any other id is refused before it is forwarded,
+with the same answer for a foreign id and one never created (no oracle for which ids exist).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, final
+
+from warden.errors import RemoteProtocolError
+from warden.protocol.eras import Era
+from warden.protocol.messages import INVALID_PARAMS
+
+TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
+LEGACY_TASKS_VERSION: Final = "2025-11-25"
+"""The only legacy version with (experimental) tasks (LC05)."""
+
+TERMINAL: Final = frozenset({"completed", "failed", "cancelled"})
+STATUSES: Final = frozenset({"working", "input_required"}) | TERMINAL
+
+MAX_TASK_ID: Final = 256
+"""Longest task id warden carries: ids are opaque server handles (UUIDs in every example); anything longer is
+refused rather than held, keyed and logged."""
+
+MAX_TASKS: Final = 4096
+"""Tasks warden remembers per server (invariant 13). The oldest are forgotten first; a host asking about one gets
+the same refusal as for an id never created."""
+
+UNKNOWN_TASK: Final = "unknown task: no task with this id was created by this client through warden"
+
+
+def check_task_id(value: object) -> str:
+    """A task id as a host or server sent it, if it is one warden carries: a non-empty string of at most
+    :data:`MAX_TASK_ID` printable ASCII characters.
+
+    Raises:
+        RemoteProtocolError: (-32602) anything else; the message does not echo the value.
+    """
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_TASK_ID or not value.isascii() \
+            or not value.isprintable():
+        raise RemoteProtocolError(f"taskId must be a string of 1 to {MAX_TASK_ID} printable ASCII characters",
+                                  jsonrpc_code=INVALID_PARAMS)
+    return value
+
+
+def declares_extension(capabilities: Mapping[str, Any]) -> bool:
+    """Whether client or server capabilities declare the 2026 tasks extension (an object under ``extensions``)."""
+    extensions = capabilities.get("extensions")
+    return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
+
+
+def legacy_task_capability(capabilities: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The part of a 2025-11-25 server's ``tasks`` capability warden carries: ``tasks/list`` and ``tasks/cancel``
+    if offered, and task-augmented ``tools/call`` (the only request warden lets become a task); None when the
+    server offers no task-augmented ``tools/call``."""
+    tasks = capabilities.get("tasks")
+    if not isinstance(tasks, Mapping):
+        return None
+    requests = tasks.get("requests")
+    tools = requests.get("tools") if isinstance(requests, Mapping) else None
+    if not isinstance(tools, Mapping) or not isinstance(tools.get("call"), Mapping):
+        return None
+    out: dict[str, Any] = {key: {} for key in ("list", "cancel") if isinstance(tasks.get(key), Mapping)}
+    out["requests"] = {"tools": {"call": {}}}
+    return out
+
+
+def presented(capabilities: Mapping[str, Any], *, upstream_era: Era, upstream_version: str | None,
+              host_era: Era, host_version: str | None) -> tuple[str, dict[str, Any]] | None:
+    """The task capability warden shows a host (its key in ServerCapabilities and value), or None: only where the
+    server offers tasks in the form the host speaks (``extensions`` 2026 to 2026; ``tasks`` 2025-11-25 to
+    2025-11-25, at the version both negotiated)."""
+    if upstream_era is Era.MODERN and host_era is Era.MODERN:
+        return ("extensions", {TASKS_EXTENSION: {}}) if declares_extension(capabilities) else None
+    if upstream_era is Era.LEGACY and host_era is Era.LEGACY and upstream_version == LEGACY_TASKS_VERSION \
+            and host_version == LEGACY_TASKS_VERSION:
+        legacy = legacy_task_capability(capabilities)
+        return ("tasks", legacy) if legacy is not None else None
+    return None
+
+
+def created_task(result: Mapping[str, Any], era: Era) -> tuple[str, str] | None:
+    """The id and status of the task a ``tools/call`` result created (2026: ``resultType: "task"`` with the task's
+    fields at the top; 2025-11-25: ``{"task": {...}}``), or None for an ordinary result.
+
+    Raises:
+        RemoteProtocolError: (-32603) a task result without a usable ``taskId`` or ``status``.
+    """
+    if era is Era.MODERN:
+        if result.get("resultType") != "task":
+            return None
+        task: Any = result
+    else:
+        task = result.get("task")
+        if task is None:
+            return None
+        if not isinstance(task, Mapping):
+            raise RemoteProtocolError("the server's task is not an object", jsonrpc_code=-32603)
+    try:
+        task_id = check_task_id(task.get("taskId"))
+    except RemoteProtocolError as exc:
+        raise RemoteProtocolError(f"the server created a task warden cannot carry: {exc.message}",
+                                  jsonrpc_code=-32603) from exc
+    status = task.get("status")
+    if status not in STATUSES:
+        raise RemoteProtocolError("the server created a task with no valid status", jsonrpc_code=-32603)
+    return task_id, str(status)
+
+
+@final
+@dataclass(slots=True, eq=False)
+class TaskEntry:
+    """One task warden carried: who owns it, what created it (for the content rules on its result and the
+    outcome record tied to the call's decision), and whether its end was recorded."""
+
+    owner: str
+    era: Era
+    tool: str
+    decision_index: int | None
+    lane: Era
+    recorded: bool = False
+
+
+@final
+class TaskTable:
+    """Which host link owns which task id of one server. Bounded by :data:`MAX_TASKS`, oldest forgotten first."""
+
+    def __init__(self, limit: int = MAX_TASKS) -> None:
+        self._tasks: OrderedDict[str, TaskEntry] = OrderedDict()
+        self._limit = limit
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def add(self, task_id: str, entry: TaskEntry) -> None:
+        """Remember a task the server created for ``entry.owner``. A server that reuses an id it gave another
+        host does not move the task: the first owner keeps it (the second call's host gets no handle to it)."""
+        if task_id in self._tasks:
+            return
+        self._tasks[task_id] = entry
+        while len(self._tasks) > self._limit:
+            self._tasks.popitem(last=False)
+
+    def get(self, task_id: str) -> TaskEntry | None:
+        return self._tasks.get(task_id)
+
+    def owned(self, task_id: object, owner: str) -> tuple[str, TaskEntry]:
+        """The task ``task_id`` names, if ``owner`` owns it.
+
+        Raises:
+            RemoteProtocolError: (-32602) a malformed id, or one this owner did not create (foreign or never
+                created: the same answer).
+        """
+        checked = check_task_id(task_id)
+        entry = self._tasks.get(checked)
+        if entry is None or entry.owner != owner:
+            raise RemoteProtocolError(UNKNOWN_TASK, jsonrpc_code=INVALID_PARAMS)
+        return checked, entry
+
+    def owns(self, task_id: object, owner: str) -> bool:
+        entry = self._tasks.get(task_id) if isinstance(task_id, str) else None
+        return entry is not None and entry.owner == owner
+
+    def ended(self, task_id: str, status: object) -> TaskEntry | None:
+        """The entry to record an outcome for, the first time its task is seen in a terminal status."""
+        entry = self._tasks.get(task_id)
+        if entry is None or entry.recorded or status not in TERMINAL:
+            return None
+        entry.recorded = True
+        return entry
