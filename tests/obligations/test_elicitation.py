@@ -201,20 +201,48 @@ async def test_EL13_SEC06_a_question_goes_to_the_caller_not_to_whoever_shares_th
         assert TOKEN not in anonymous.text
 
 
-@pytest.mark.xfail(strict=True, reason="EL14 gap: warden does not rate-limit a server's elicitation requests; "
-                                       "every question is carried to the host (a policy setting is needed)")
-async def test_EL14_a_flood_of_elicitations_is_rate_limited(tmp_path: Path) -> None:
-    """A server asks 30 questions back to back: not all of them reach the host."""
-    async def floods(server: ScriptedServer, reply: dict[str, Any]) -> None:
-        pass
+@pytest.fixture
+def frozen_clock() -> trio.testing.MockClock:
+    """trio's clock, standing still until the test moves it: the rate's refill is checked at its exact edge."""
+    return trio.testing.MockClock()
 
-    async with gateway_in_process(tmp_path, asking_legacy_server, user_policy=ALL_ON) as (host, _connector):
-        await legacy_host(host, {"elicitation": {}})
+
+async def test_EL14_a_flood_of_elicitations_is_rate_limited(tmp_path: Path,
+                                                            frozen_clock: trio.testing.MockClock) -> None:
+    """``elicitation_rate = "3/min"``: a server asking back to back gets 3 questions to the host; the 4th and every
+    one after it is answered -32602 naming the rate, without reaching the host; one question more is admitted each
+    20 s, and a full minute refills all 3."""
+    async with gateway_in_process(tmp_path, asking_legacy_server,
+                                  user_policy=ALL_ON + 'elicitation_rate = "3/min"\n') as (host, _connector):
+        await legacy_host(host, {"elicitation": {"form": {}, "url": {}}})
         asked: list[dict[str, Any]] = []
-        for n in range(30):
-            await ask_through(host, n + 1, {"method": "elicitation/create", "params": FORM_PARAMS},
-                              {"action": "decline"}, asked)
-    assert len(asked) < 30
+        ids = iter(range(1, 100))
+
+        async def ask(question: dict[str, Any] = FORM_PARAMS) -> dict[str, Any]:
+            return await ask_through(host, next(ids), {"method": "elicitation/create", "params": question},
+                                     {"action": "decline"}, asked)
+
+        url_question = {"mode": "url", "message": "Connect", "url": "https://example.com/c", "elicitationId": "e1"}
+        assert [(await ask(q))["result"] for q in (FORM_PARAMS, url_question, FORM_PARAMS)] == [
+            {"action": "decline"}] * 3  # form and URL mode draw on the same bucket
+        assert len(asked) == 3
+        for _ in range(5):  # the flood goes on: each is refused, none reaches the host
+            error = (await ask())["error"]
+            assert error["code"] == -32602
+            assert "more elicitations than its rate allows (3/min: 3 at once, then one every 20 s)" \
+                in error["message"]
+        assert len(asked) == 3
+
+        frozen_clock.jump(19.9)
+        assert "error" in await ask()
+        frozen_clock.jump(0.1)  # 20 s since the bucket ran dry: one question
+        assert (await ask())["result"] == {"action": "decline"}
+        assert "error" in await ask()
+        assert len(asked) == 4
+
+        frozen_clock.jump(60)  # a full window: the whole burst again, and no more
+        assert [("result" in await ask()) for _ in range(4)] == [True, True, True, False]
+        assert len(asked) == 7
 
 
 async def test_EL16_PX11_url_mode_to_a_modern_server_has_no_elicitation_id_and_consent_has_no_content(

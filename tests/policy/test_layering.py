@@ -20,6 +20,7 @@ from warden.policy import (
     ToolCallFacts,
     decide,
     glob_match,
+    parse_rate,
 )
 from warden.policy._load import parse_policy
 from warden.policy._model import (
@@ -34,11 +35,13 @@ from warden.policy._model import (
 GLOBS = ["*", "a*", "b*", "ab", "a?", "[ab]*", "c", "*b"]
 NAMES = ["a", "ab", "b", "ba", "c", "abc", "x"]
 DIRS = ["/", "/home", "/home/u", "/home/u/p", "/srv", "/srv/x"]
+RATES = ["1/s", "5/min", "10/min", "60/min", "3/h", "100/h"]
 globs = st.lists(st.sampled_from(GLOBS), max_size=3)
 rules = st.fixed_dictionaries({}, optional={"allow": globs, "deny": globs, "confirm": globs})
 caps = st.fixed_dictionaries({}, optional={
     "sampling": st.sampled_from(SAMPLING_ORDER), "sampling_context": st.booleans(),
-    "elicitation": st.sampled_from(ELICITATION_ORDER), "roots": st.lists(st.sampled_from(DIRS), max_size=3)})
+    "elicitation": st.sampled_from(ELICITATION_ORDER), "elicitation_rate": st.sampled_from(RATES),
+    "roots": st.lists(st.sampled_from(DIRS), max_size=3)})
 arg_rules = st.lists(st.fixed_dictionaries({"tool": st.sampled_from(GLOBS), "argument": st.just("p"),
                                             "under": st.lists(st.sampled_from(DIRS), min_size=1, max_size=2)}),
                      max_size=2)
@@ -127,6 +130,10 @@ def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any]
                               ("elicitation", ELICITATION_ORDER, eff.elicitation.value)):
         if org_cap(key) is not None:
             assert order.index(value) <= order.index(org_cap(key))
+    if org_cap("elicitation_rate") is not None:  # no larger burst, no faster refill
+        ceiling, rate = parse_rate(org_cap("elicitation_rate")), eff.elicitation_rate.value
+        assert rate.count <= ceiling.count
+        assert rate.count * ceiling.window <= ceiling.count * rate.window
     if org_cap("sampling_context") is False:
         assert eff.sampling_context.value is False
     if org_cap("roots") is not None:

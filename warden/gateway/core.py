@@ -1302,11 +1302,12 @@ class Gateway:
                    capabilities: Mapping[str, Any], client: str | None, *, asker: Asker | None = None) -> Reply:
         """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
         allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
-        decision = self.guard.decide_question(method, params, capabilities)
+        decision, recorded = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
-            log.warning("%s: %s refused: %s", self._name, method, decision.reason)
-            await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
-                                        request=None, client=client)
+            if recorded:  # not each refusal of a flood (EL14): the guard counts them into the next record
+                log.warning("%s: %s refused: %s", self._name, method, decision.reason)
+                await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
+                                            request=None, client=client)
             # EL08 asks for -32602 for an undeclared elicitation mode; tools without sampling.tools is likewise a
             # bad request (SA07); a question the host cannot take at all is "method not found" to it.
             bad_params = method == "elicitation/create" or "tools" in params or "toolChoice" in params

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, Final, final
 
 import trio
@@ -35,6 +36,7 @@ from warden.errors import PolicyError, StateError
 from warden.gateway.shaping import routable_client_capabilities
 from warden.policy import (
     NEUTRAL,
+    Bucket,
     ContentFinding,
     ContentScanner,
     Decision,
@@ -65,6 +67,7 @@ from warden.policy import (
     resolve_argument_paths,
     screen_arguments,
     screen_result,
+    take,
 )
 from warden.policy.pins import digest
 from warden.protocol.eras import Era
@@ -100,8 +103,10 @@ class Guard:
     fronts exactly one server, so a sampling request's ``thisServer`` context is that server's alone)."""
 
     def __init__(self, *, policy: ServerPolicy, store: PinStore, manifest: Mapping[str, Any],
-                 secrets: Sequence[str] = ()) -> None:
+                 secrets: Sequence[str] = (), clock: Callable[[], float] = trio.current_time) -> None:
         self.policy = policy
+        self._clock = clock  # trio's: tests move it (MockClock) to refill the elicitation bucket
+        self._elicitations: Bucket | None = None  # None: full (the server has asked nothing yet)
         self.secrets = tuple(secrets)  # the secrets registry's values: cut out of results, refused in arguments
         self.store = store
         self.manifest = dict(manifest)
@@ -439,18 +444,38 @@ class Guard:
                 out["roots"] = {}
         return out
 
-    def decide_question(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any]) -> Decision:
+    def decide_question(self, method: str, params: Mapping[str, Any],
+                        capabilities: Mapping[str, Any]) -> tuple[Decision, bool]:
+        """Whether a server's question may reach the host, and whether the decision is to be recorded: every one
+        is, except the refusals of an elicitation burst after its first (a flood must not flood the audit log
+        either); the next admitted question's record counts them."""
         host = HostCapabilities.from_client_capabilities(capabilities)
         if method == "sampling/createMessage":
             return decide(SamplingFacts(self.policy, host, has_tools="tools" in params or "toolChoice" in params,
                                         include_context=params.get("includeContext"),
-                                        single_upstream=True))
+                                        single_upstream=True)), True
         if method == "elicitation/create":
             schema = params.get("requestedSchema")
-            return decide(ElicitationFacts(self.policy, host, mode=str(params.get("mode", "form")),
-                                           url=params.get("url"),
-                                           requested_schema=schema if isinstance(schema, Mapping) else None))
-        return decide(RootsRequestFacts(self.policy, host))
+            facts = ElicitationFacts(self.policy, host, mode=str(params.get("mode", "form")), url=params.get("url"),
+                                     requested_schema=schema if isinstance(schema, Mapping) else None)
+            decision = decide(facts)
+            if not decision.allowed:  # a question refused anyway takes nothing from the bucket
+                return decision, True
+            burst = self._elicitations.refused if self._elicitations is not None else 0
+            admitted, self._elicitations = take(self._elicitations, self.policy.elicitation_rate.value,
+                                                self._clock())
+            if not admitted:
+                refusal = decide(replace(facts, over_rate=True))
+                if self._elicitations.refused > 1:
+                    return refusal, False
+                return replace(refusal, reason=f"{refusal.reason}; until one is admitted again, further refusals "
+                                               "are counted, not recorded one by one"), True
+            if burst > 1:
+                log.warning("%s: %d elicitations were refused over the rate before this one", self.server, burst)
+                decision = replace(decision, reason=f"{decision.reason}; {burst} before it were refused over "
+                                                    f"the rate ({burst - 1} of them not recorded one by one)")
+            return decision, True
+        return decide(RootsRequestFacts(self.policy, host)), True
 
     def filter_roots_answer(self, result: dict[str, Any]) -> dict[str, Any]:
         """RT04–RT07: only ``file://`` roots inside what policy allows, symlinks resolved, reach the server."""

@@ -71,6 +71,7 @@ from warden.policy._fs import filter_roots, launch_facts, resolve_argument_paths
 from warden.policy._glob import GlobSyntaxError, compile_glob, glob_match
 from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_bytes, load_policy_file
+from warden.policy._rate import Bucket, Rate, parse_rate, take
 from warden.policy._taint import (
     TaintedSession,
     TaintLedger,
@@ -94,6 +95,7 @@ from warden.policy.pins._types import EntryKind
 __all__ = [
     "BUILTIN_DETECTORS",
     "NEUTRAL",
+    "Bucket",
     "CeilingViolation",
     "ContentFinding",
     "ContentPolicy",
@@ -120,6 +122,7 @@ __all__ = [
     "PinState",
     "PinStore",
     "PromptGetFacts",
+    "Rate",
     "ResourceReadFacts",
     "RootFacts",
     "RootsRequestFacts",
@@ -151,6 +154,7 @@ __all__ = [
     "load_effective_policy",
     "load_policy_bytes",
     "load_policy_file",
+    "parse_rate",
     "qualified_name",
     "references",
     "render_visible",
@@ -162,6 +166,7 @@ __all__ = [
     "screen_result",
     "secret_reference",
     "tainted_sessions",
+    "take",
     "unpassed_env",
     "unpassed_env_warning",
 ]

@@ -186,11 +186,15 @@ class SamplingFacts:
 @final
 @dataclass(frozen=True, slots=True)
 class ElicitationFacts:
+    """An ``elicitation/create`` from the server. ``over_rate``: the server's bucket (``capabilities.
+    elicitation_rate``, kept by the gateway with :func:`warden.policy.take`) has no question left for it."""
+
     server: ServerPolicy
     host: HostCapabilities
     mode: str = "form"
     url: str | None = None
     requested_schema: Mapping[str, Any] | None = None
+    over_rate: bool = False
 
 
 @final
@@ -514,6 +518,17 @@ def _decide_sampling(f: SamplingFacts) -> Decision:
 
 
 def _decide_elicitation(f: ElicitationFacts) -> Decision:
+    decision = _decide_elicitation_kind(f)
+    if decision.allowed and f.over_rate:
+        rate = f.server.elicitation_rate
+        return Decision(Effect.DENY, f"server {f.server.name!r} asked more elicitations than its rate allows "
+                                     f"({rate.value}: {rate.value.count} at once, then one every "
+                                     f"{float(rate.value.window / rate.value.count):g} s)", rate.source,
+                        hint="if this server really asks that often, raise capabilities.elicitation_rate")
+    return decision
+
+
+def _decide_elicitation_kind(f: ElicitationFacts) -> Decision:
     s = f.server
     level = s.elicitation.value
     if f.mode == "form":

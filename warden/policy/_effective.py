@@ -8,7 +8,8 @@ Rules of combination (each is what makes "a user config can only narrow" true by
 * ordered settings take the least permissive value: ``on_new`` (deny < ask < tofu), ``on_changed``
   (deny < ask), ``sampling`` (off < on < with-tools), ``elicitation`` (off < form < url),
   ``sampling_context``, ``install_scripts`` (never < sandboxed), ``flow.on_violation`` (deny < confirm),
-  ``flow.annotations`` (on < off); ``flow`` sources and sinks add up over both layers, and an ``exempt`` only
+  ``flow.annotations`` (on < off); ``capabilities.elicitation_rate`` meets the org's (the smaller burst and the
+  slower refill, :meth:`Rate.meet`); ``flow`` sources and sinks add up over both layers, and an ``exempt`` only
   undoes roles of its own layer (``_flow.py``); ``release_age_hours`` takes the longest wait;
   ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being
   a floor.
@@ -48,6 +49,7 @@ from warden.policy._model import (
     ServerEntry,
     _server_name,
 )
+from warden.policy._rate import DEFAULT_ELICITATION_RATE, Rate, parse_rate
 from warden.policy.pins._canonical import digest
 from warden.sandbox.settings import SandboxSettings
 
@@ -146,6 +148,7 @@ class ServerPolicy:
     sampling: Setting[str]
     sampling_context: Setting[bool]
     elicitation: Setting[str]
+    elicitation_rate: Setting[Rate]
     roots: Setting[tuple[str, ...]]
     audit_arguments: Setting[str]
     on_new: Setting[str]
@@ -184,7 +187,10 @@ class ServerPolicy:
             "tools": rules(self.tools), "prompts": rules(self.prompts), "resources": rules(self.resources),
             "arguments": [a.rule.model_dump(mode="json") for a in self.arguments],
             "capabilities": {"sampling": self.sampling.value, "sampling_context": self.sampling_context.value,
-                             "elicitation": self.elicitation.value, "roots": list(self.roots.value)},
+                             "elicitation": self.elicitation.value,
+                             "elicitation_rate": {"count": self.elicitation_rate.value.count,
+                                                  "window": str(self.elicitation_rate.value.window)},
+                             "roots": list(self.roots.value)},
             "audit_arguments": self.audit_arguments.value, "on_new": self.on_new.value,
             "on_changed": self.on_changed.value,
             "release_age_hours": self.release_age_hours.value, "install_scripts": self.install_scripts.value,
@@ -394,6 +400,16 @@ class EffectivePolicy:
         sampling = least(SAMPLING_ORDER, ("capabilities", "sampling"), "off")
         elicitation = least(ELICITATION_ORDER, ("capabilities", "elicitation"), "off")
         sampling_context = least((False, True), ("capabilities", "sampling_context"), False)
+        u_rate = user.pick(("capabilities", "elicitation_rate")) or Setting(
+            DEFAULT_ELICITATION_RATE, Source("default", None, None, "capabilities.elicitation_rate"))
+        o_rate = org.pick(("capabilities", "elicitation_rate"))
+        elicitation_rate = Setting(parse_rate(u_rate.value), u_rate.source)
+        if o_rate is not None:
+            met = elicitation_rate.value.meet(parse_rate(o_rate.value))
+            if met != elicitation_rate.value:
+                elicitation_rate = Setting(met, o_rate.source)
+                notes.append(f"capabilities.elicitation_rate = {u_rate.value!r} ({u_rate.source}) lowered to {met} "
+                             f"by {o_rate.source}")
         u_audit = user.pick(("audit_arguments",)) or Setting("hash", Source("default", None, None, "audit_arguments"))
         o_audit = org.pick(("audit_arguments",))
         audit = u_audit
@@ -459,6 +475,7 @@ class EffectivePolicy:
             network=network, network_violations=network_violations,
             tools=layers_of["tools"], prompts=layers_of["prompts"], resources=layers_of["resources"],
             arguments=arguments, sampling=sampling, sampling_context=sampling_context, elicitation=elicitation,
+            elicitation_rate=elicitation_rate,
             roots=roots, audit_arguments=audit, on_new=on_new, on_changed=on_changed, ceilings=ceilings,
             release_age_hours=release_age, install_scripts=install_scripts, flow=flow, content=content,
             approvals=self._approvals(), notes=tuple(notes), policy_files=files,

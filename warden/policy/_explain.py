@@ -63,7 +63,10 @@ def explain(sp: ServerPolicy, tool: str | None = None) -> tuple[list[str], Decis
     lines.extend(egress_lines(sp))
     for name, s in (("on_new", sp.on_new), ("on_changed", sp.on_changed), ("audit_arguments", sp.audit_arguments),
                     ("capabilities.sampling", sp.sampling), ("capabilities.sampling_context", sp.sampling_context),
-                    ("capabilities.elicitation", sp.elicitation), ("capabilities.roots", sp.roots)):
+                    ("capabilities.elicitation", sp.elicitation),
+                    ("capabilities.elicitation_rate", Setting(str(sp.elicitation_rate.value),
+                                                              sp.elicitation_rate.source)),
+                    ("capabilities.roots", sp.roots)):
         lines.append(_setting(name, s))  # type: ignore[arg-type]
     for kind, layers in (("tools", sp.tools), ("prompts", sp.prompts), ("resources", sp.resources)):
         lines.extend(_rules(kind, layers))

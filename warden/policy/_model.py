@@ -27,6 +27,7 @@ from warden.egress import parse_allow_entry, parse_network
 from warden.loopback import is_loopback
 from warden.paths import absolute_path
 from warden.policy._glob import check_glob
+from warden.policy._rate import DEFAULT_ELICITATION_RATE, check_rate
 from warden.policy._regex import check_linear
 from warden.policy._values import check_env_table, check_env_value, references, secret_reference
 from warden.sandbox.settings import Limits, SandboxSettings
@@ -138,12 +139,16 @@ class NetworkRules(_Strict):
 
 
 class Capabilities(_Strict):
-    """What a server may ask of the host through warden. ``elicitation = "url"`` allows form and URL mode."""
+    """What a server may ask of the host through warden. ``elicitation = "url"`` allows form and URL mode;
+    ``elicitation_rate`` bounds how often (an org value is a ceiling: see ``_effective.py``)."""
 
     sampling: SamplingLevel = "off"
     sampling_context: bool = Field(default=False, description="forward includeContext='thisServer' when it can be "
                                                               "limited to this one server")
     elicitation: ElicitationLevel = "off"
+    elicitation_rate: Annotated[str, AfterValidator(check_rate)] = Field(
+        default=DEFAULT_ELICITATION_RATE, description='questions (form and URL) per window, "COUNT/UNIT" with UNIT '
+                                                      's, min or h; past it a question is refused, not asked')
     roots: tuple[AbsDir, ...] = Field(default=(), description="directories the server may be told about")
 
 
