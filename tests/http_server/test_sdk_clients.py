@@ -24,7 +24,7 @@ from tests.conformance.test_fixture_server import (
     text_of,
 )
 from tests.http_server.warden_http import warden_http
-from tests.support import FIXTURES, PYTHON, VENV_BIN
+from tests.support import FIXTURES, PYTHON, VENV_BIN, write_config
 
 FIXTURE = [PYTHON, str(FIXTURES / "conformance_server.py")]
 
@@ -36,7 +36,9 @@ def comparable(result: Any) -> dict[str, Any]:
 
 
 async def test_HM01_HM03_HM04_sdk_client_both_eras_with_the_bearer_token(tmp_path: Path) -> None:
-    """covers: HM01, HM02, HM03, HM04 (the SDK client's requests pass warden's header checks in both eras)"""
+    """covers: HM01, HM02, HM03, HM04 (the SDK client's requests pass warden's header checks in both eras). The
+    fixture's questions need a policy that lets them reach the host (the default asks nobody anything)."""
+    write_config(tmp_path)
     async with warden_http(FIXTURE, cwd=tmp_path) as w:
         for mode, version in (("legacy", "2025-11-25"), ("auto", "2026-07-28")):
             http = create_mcp_http_client(headers={"Authorization": f"Bearer {w.token}"})

@@ -593,7 +593,7 @@ class Gateway:
         through before anything of it is encoded for the host (they may refuse it: PolicyError). ``tasks``: the
         request declares the tasks extension, so a ``"task"`` result is valid."""
         description = await self._connected()
-        forwarded = strip_host_meta(params)
+        forwarded = self._answered(strip_host_meta(params), ctx)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks, link=link)
         for _ in range(MAX_INPUT_ROUNDS):
             if not reply.ok:
@@ -607,6 +607,8 @@ class Gateway:
             if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
                 return encode_result(request.id, shown.result), reply
             if ctx.upstream is Era.MODERN:
+                if ctx.era is Era.MODERN and kind == "input_required":
+                    return encode_result(request.id, await self._passed_input_required(reply, ctx)), reply
                 if ctx.era is Era.MODERN:
                     result = shown.result if stated else _state_complete(shown.result)
                     return encode_result(request.id, result), reply
@@ -656,10 +658,12 @@ class Gateway:
             assert step.error is not None
             return encode_error_object(step.error, request.id)
         assert step.result is not None
-        if ctx.upstream is Era.MODERN:  # the server's own result, input_required included, passes through
+        if ctx.upstream is Era.MODERN:  # the server's own result passes through, its questions vetted
             tasks = request.method == "tools/call" and self._tasks_carried(ctx, link)
-            return encode_result(request.id, step.result if self._result_type(step.result, tasks=tasks)[1]
-                                 else _state_complete(step.result))
+            kind, stated = self._result_type(step.result, tasks=tasks)
+            if kind == "input_required":
+                return encode_result(request.id, await self._passed_input_required(step, ctx))
+            return encode_result(request.id, step.result if stated else _state_complete(step.result))
         return encode_result(request.id, encode_json(
             to_modern_result(step.result_dict(), request.method, description.server_info)))
 
@@ -813,7 +817,8 @@ class Gateway:
         if refusal is not None:
             return refusal
         task_id, entry = self._tasks.owned(params.get("taskId"), link.id)
-        reply = await self._call_upstream(request.method, strip_host_meta(params), ctx, sink, tasks=True)
+        reply = await self._call_upstream(request.method, self._answered(strip_host_meta(params), ctx), ctx, sink,
+                                          tasks=True)
         if not reply.ok:
             assert reply.error is not None
             if request.method == "tasks/result":  # the underlying call's own error, returned as it was
@@ -844,7 +849,8 @@ class Gateway:
         if status in TERMINAL:
             self.upstream.release_progress(task_id)
         if ctx.era is Era.MODERN and status == "input_required":
-            self._vet_input_requests(task.get("inputRequests"), ctx)
+            task["inputRequests"] = await self._passed_questions(task.get("inputRequests"), ctx)
+            raw = encode_json(task)
         if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
             task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
             raw = encode_json(task)
@@ -884,25 +890,6 @@ class Gateway:
             raise RemoteProtocolError("the server's tasks/list has no tasks array", jsonrpc_code=INTERNAL_ERROR)
         body["tasks"] = [t for t in listed if isinstance(t, dict) and self._tasks.owns(t.get("taskId"), link.id)]
         return encode_result(request.id, encode_json(body))
-
-    def _vet_input_requests(self, requests: object, ctx: Context) -> None:
-        """A task waiting for input puts the server's questions in ``tasks/get``: they reach the host only if
-        each is one it declared and the policy allows, as a question on the wire would (invariant 6).
-
-        Raises:
-            RemoteProtocolError: a question warden would not ask this host (nothing of the answer is shown).
-        """
-        if not isinstance(requests, dict):
-            raise RemoteProtocolError("inputRequests must be an object", jsonrpc_code=INTERNAL_ERROR)
-        for question in requests.values():
-            method = question.get("method") if isinstance(question, dict) else None
-            asked = question.get("params") if isinstance(question, dict) else None
-            if method not in INPUT_REQUEST_METHODS or not isinstance(asked, dict):
-                raise RemoteProtocolError("the task asks a question warden cannot carry", jsonrpc_code=INTERNAL_ERROR)
-            decision = self.guard.decide_question(str(method), asked, ctx.capabilities)
-            if not decision.allowed:
-                raise RemoteProtocolError(f"warden refused the task's {method}: {decision.reason}",
-                                          jsonrpc_code=INTERNAL_ERROR)
 
     def _task_ended(self, task_id: str, status: object, raw: bytes | None, error: str | None) -> None:
         """The outcome record of a task seen ending (once), tied to the decision of the call that created it."""
@@ -1298,10 +1285,12 @@ class Gateway:
                                        legacy[0].legacy.capabilities, legacy[0].legacy.client)
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
-    async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
-                   capabilities: Mapping[str, Any], client: str | None, *, asker: Asker | None = None) -> Reply:
-        """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
-        allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
+    async def _admit(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any],
+                     client: str | None) -> tuple[int | None, dict[str, Any]] | Reply:
+        """The one gate every server question passes, whichever way it reaches the host (a wire request, an
+        exchange, a 2026 ``input_required`` or a task's ``inputRequests``): the policy's decision (PX01-PX04, the
+        EL14 rate), its record, and the question as the host may see it. Returns the record's index and the
+        question, or the refusal the server (or host) is answered with."""
         decision, recorded = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
             if recorded:  # not each refusal of a flood (EL14): the guard counts them into the next record
@@ -1320,6 +1309,64 @@ class Gateway:
         body = dict(params)
         if method == "sampling/createMessage" and "includeContext" in body:
             body["includeContext"] = decision.include_context or "none"  # PX04, PX06
+        return index, body
+
+    async def _passed_input_required(self, reply: Reply, ctx: Context) -> bytes:
+        """A 2026 server's ``input_required`` result as a 2026 host gets it: the server's own (its
+        ``requestState`` untouched, MS36), with only questions that passed :meth:`_passed_questions`."""
+        result = reply.result_dict()
+        result["inputRequests"] = await self._passed_questions(result.get("inputRequests", {}), ctx)
+        return encode_json(result)
+
+    def _answered(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
+        """A 2026 host's ``inputResponses`` on their way to a 2026 server (a retry, or ``tasks/update``): a roots
+        answer keeps only the roots the policy allows (RT04-RT07), an elicitation answer carries ``content`` only
+        when accepted (EL05). warden kept nothing of which question each key answered (the server's
+        ``requestState`` is the server's), so each answer is judged by its shape."""
+        responses = params.get("inputResponses")
+        if ctx.era is not Era.MODERN or ctx.upstream is not Era.MODERN or not isinstance(responses, dict):
+            return params
+        kept: dict[str, Any] = {}
+        for key, answer in responses.items():
+            if isinstance(answer, dict) and "roots" in answer:
+                answer = self.guard.filter_roots_answer(answer)
+            elif isinstance(answer, dict) and "action" in answer and answer["action"] != "accept":  # not sampling's
+                answer = {k: v for k, v in answer.items() if k != "content"}
+            kept[key] = answer
+        return {**params, "inputResponses": kept}
+
+    async def _passed_questions(self, requests: object, ctx: Context) -> dict[str, Any]:
+        """A 2026 server's ``inputRequests`` on their way to a 2026 host (an ``input_required`` result, or a task
+        waiting for input): each passes :meth:`_admit` as a wire question would (invariant 6), and is recorded;
+        one refused refuses the request, and the host sees none of them.
+
+        Raises:
+            RemoteProtocolError: a question warden cannot carry, or one the policy refuses.
+        """
+        if not isinstance(requests, dict):
+            raise RemoteProtocolError("inputRequests must be an object", jsonrpc_code=INTERNAL_ERROR)
+        passed: dict[str, Any] = {}
+        for key, question in requests.items():
+            method = question.get("method") if isinstance(question, dict) else None
+            asked = question.get("params", {}) if isinstance(question, dict) else None
+            if method not in INPUT_REQUEST_METHODS or not isinstance(asked, dict):
+                raise RemoteProtocolError("the server asks a question warden cannot carry",
+                                          jsonrpc_code=INTERNAL_ERROR)
+            admitted = await self._admit(str(method), asked, ctx.capabilities, ctx.client)
+            if isinstance(admitted, Reply):
+                raise RemoteProtocolError(f"warden refused the server's {method}: {admitted.message}",
+                                          jsonrpc_code=admitted.code or INTERNAL_ERROR)
+            passed[key] = {**question, "params": admitted[1]}
+        return passed
+
+    async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
+                   capabilities: Mapping[str, Any], client: str | None, *, asker: Asker | None = None) -> Reply:
+        """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
+        allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
+        admitted = await self._admit(method, params, capabilities, client)
+        if isinstance(admitted, Reply):
+            return admitted
+        index, body = admitted
         url_mode = method == "elicitation/create" and body.get("mode") == "url"
         if asker is not None:
             answer = await asker(method, body)
