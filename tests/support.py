@@ -72,8 +72,9 @@ def sandbox_readable(path: Path) -> Path:
 
 def write_config(tmp_path: Path, *, extra: str = "", read_dirs: tuple[str, ...] = (),
                  write_dirs: tuple[str, ...] = ()) -> Path:
-    """Write a trusting user config at ``$WARDEN_CONFIG`` (tofu, every capability on, the sandbox may read
-    ``read_dirs`` and write ``tmp_path`` and ``write_dirs``) plus ``extra`` TOML; returns its path."""
+    """Write a trusting user config at ``$WARDEN_CONFIG`` (tofu, every capability on, an elicitation rate no
+    harness run reaches, the sandbox may read ``read_dirs`` and write ``tmp_path`` and ``write_dirs``) plus ``extra``
+    TOML; returns its path."""
     path = Path(os.environ["WARDEN_CONFIG"])
     for directory in (tmp_path, *map(Path, write_dirs)):
         sandbox_writable(directory)
@@ -88,6 +89,7 @@ on_changed = "ask"
 sampling = "with-tools"
 sampling_context = true
 elicitation = "url"
+elicitation_rate = "1000/min"
 roots = ["/"]
 
 [defaults.sandbox]

@@ -1,8 +1,9 @@
 """The harness's ``tasks-*`` scenarios (SEP-2663, unscored extension checks) judge warden's tasks carriage: the
 task fixture (tests/fixtures/task_server.py) is run once directly over its own HTTP and once behind
 ``warden run --http`` (over stdio, sandboxed), with 0.2.0-alpha.12 ``--requirements 2026-07-28``. Only the
-``tasks-*`` lines count (the fixture implements nothing else): warden may fail no check the fixture passes
-directly. Both figures are printed.
+``tasks-*`` lines count (the fixture implements nothing else): the fixture passes every check directly, and
+warden may fail none of them (a server warden fronts keeps every task check it passes alone). Both figures are
+printed.
 """
 
 from __future__ import annotations
@@ -73,3 +74,5 @@ async def test_tasks_scenarios_fail_no_more_through_warden(tmp_path: Path, capsy
     assert through.keys() == direct.keys()
     worse = {name: (direct[name], through[name]) for name in direct if through[name][1] > direct[name][1]}
     assert not worse, f"scenarios failing more checks through warden (direct, through): {worse}"
+    assert totals["direct"][1] == 0, f"the task fixture fails checks on its own: {direct}"
+    assert totals["through warden"] == totals["direct"], (direct, through)
