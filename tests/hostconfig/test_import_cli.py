@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import WARDEN
+from tests.support import WARDEN, sandbox_writable
 from warden.cli import build_parser
 from warden.cli.run import run_command
 from warden.secrets import SecretStore
@@ -75,7 +75,7 @@ def assert_starts_warden(entry: Mapping[str, Any], name: str, config: Path, stat
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     home = tmp_path / "home"
-    (home / "project").mkdir(parents=True)
+    sandbox_writable(home / "project")  # as root, a write dir the sandbox's uid can write (policy check asks it)
     return home
 
 

@@ -11,11 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support import WARDEN
+from tests.support import WARDEN, sandbox_writable
 from warden.errors import ConfigError
 from warden.policy import load_effective_policy, resolve_env, unpassed_env, unpassed_env_warning
 from warden.policy._values import check_env_table, check_env_value
 from warden.sandbox import check_sandbox_settings
+from warden.sandbox._uids import SANDBOX_GID
 from warden.sandbox.settings import SandboxSettings
 from warden.secrets import SecretStore
 
@@ -212,3 +213,22 @@ def test_policy_check_and_run_agree_on_the_memory_budget(isolated_env: Path) -> 
     assert (checked.returncode != 0) == refused_at_launch, (checked.stderr, ran.stderr[-2000:])
     if refused_at_launch:
         assert "memory_mb = 64 leaves" in checked.stderr
+
+
+def test_policy_check_refuses_a_write_dir_no_sandbox_uid_could_write(isolated_env: Path, tmp_path: Path) -> None:
+    """As root, warden runs a server as its write dir's owner, or as a dedicated uid in the sandbox group when root
+    owns it: a root-owned write dir without that group is refused by ``policy check`` in ``run``'s words (the
+    server would meet EACCES), and passes once the group may write it. Not root, the dir is the user's own and
+    passes as it is."""
+    project = tmp_path / "project"
+    project.mkdir()
+    path = config(f'[servers.fs]\ncommand = "npx"\n[servers.fs.sandbox]\nwrite_dirs = ["{project}"]\n')
+    r = warden("policy", "check", str(path))
+    if os.geteuid() == 0:
+        assert r.returncode == 2
+        assert f"{path}:1: servers.fs: write dir {project} belongs to root, and warden never runs a server as " \
+               "root" in r.stderr
+        assert f"chgrp {SANDBOX_GID} {project} && chmod g+rwxs {project}" in r.stderr
+        sandbox_writable(project)
+        r = warden("policy", "check", str(path))
+    assert r.returncode == 0, r.stderr

@@ -7,6 +7,7 @@ Nothing here falls back to a weaker sandbox: a missing piece raises :class:`ward
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -24,6 +25,8 @@ from warden.sandbox._plan import check_dirs as _check_dirs
 from warden.sandbox._plan import process_memory_mb as _process_memory_mb
 from warden.sandbox._profiles import load_profiles as _load_profiles
 from warden.sandbox._uids import SANDBOX_GID
+from warden.sandbox._uids import check_writable_by_sandboxes as _check_writable_by_sandboxes
+from warden.sandbox._uids import planned_user as _planned_user
 from warden.sandbox.settings import Limits, SandboxSettings
 
 __all__ = [
@@ -84,7 +87,8 @@ def make_launcher(settings: SandboxSettings, *, state_dir: Path,
 def check_sandbox_settings(settings: SandboxSettings, *, state_dir: Path) -> None:
     """Apply, without launching anything, every check a launch makes of ``settings`` alone (no runtime, no
     package): the read and write dirs (the very function the sandbox plan calls) and, for bwrap, whether the tmpfs
-    sizes leave a process any memory where this machine bounds memory per process only. ``warden policy check``
+    sizes leave a process any memory where this machine bounds memory per process only, and, when warden is root,
+    whether the uid the sandbox would run as can own and write its write dirs (:mod:`._uids`). ``warden policy check``
     and ``warden import`` call this, so they refuse exactly what ``warden run`` refuses. A server with
     ``kind = "none"`` binds nothing, so nothing is checked.
 
@@ -99,3 +103,6 @@ def check_sandbox_settings(settings: SandboxSettings, *, state_dir: Path) -> Non
     if settings.kind == "bwrap":
         per_process = not isinstance(_find_memory_cgroups(), _MemoryCgroups)
         _process_memory_mb(settings.limits, "process" if per_process else "sandbox")
+        user = _planned_user(settings.write_dirs, privileged=os.geteuid() == 0)
+        if user.mode == "dedicated-uid":
+            _check_writable_by_sandboxes(settings.write_dirs)
