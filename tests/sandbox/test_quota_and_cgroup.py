@@ -13,13 +13,20 @@ import sys
 from pathlib import Path
 
 import pytest
+import trio
 
 from tests.security.harness import SYSTEM_PYTHON, UNPRIV_UID, user_command
-from warden.sandbox._cgroup import MemoryCgroups, NoMemoryCgroups, find_memory_cgroups, locate
-from warden.sandbox._quota import ENTRY_MIN_BYTES, QuotaUnmeasurable, WriteQuota, measure
+from warden.errors import SandboxUnavailable
+from warden.launcher import LaunchSpec
+from warden.sandbox import BwrapChild, SandboxSettings
+from warden.sandbox._bwrap import BwrapLauncher
+from warden.sandbox._bwrap_binary import BwrapBinary, locate_bwrap
+from warden.sandbox._cgroup import MemoryCgroups, NoMemoryCgroups, SandboxCgroup, find_memory_cgroups, locate
+from warden.sandbox._quota import ENTRY_MIN_BYTES, QuotaUnmeasurable, WriteQuota, measure, sandbox_pids
 
 IS_ROOT = os.geteuid() == 0
 MB = 1024 * 1024
+V1_MEMORY = isinstance(found := find_memory_cgroups(), MemoryCgroups) and found.version == 1
 
 
 def test_quota_counts_allocated_bytes_and_a_block_per_entry(tmp_path: Path) -> None:
@@ -193,3 +200,81 @@ def test_a_cgroup_left_by_a_dead_warden_is_swept() -> None:
     cgroup = place.create(64 * MB)
     cgroup.remove()
     assert not left.exists()
+
+
+def _memory_cgroup_of(pid: int) -> str:
+    with open(f"/proc/{pid}/cgroup", encoding="ascii") as handle:
+        return next(line.split(":", 2)[2] for line in handle.read().splitlines()
+                    if "memory" in line.split(":", 2)[1].split(","))
+
+
+async def _launch_sleeper(launcher: BwrapLauncher) -> BwrapChild:
+    child = await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", "echo up; exec /usr/bin/sleep 60")))
+    assert isinstance(child, BwrapChild)
+    with trio.fail_after(30):
+        assert await child.stdout.receive_some() == b"up\n"
+    return child
+
+
+async def _sandbox_in_its_cgroup(child: BwrapChild, *, bwrap_too: bool) -> None:
+    """The sandbox's init and server (and, when it was born there, bwrap) share one cgroup of this warden's."""
+    try:
+        own = _memory_cgroup_of(os.getpid())
+        pids = sandbox_pids(child.sandbox_pid)
+        assert len(pids) >= 2  # the init, the server
+        if bwrap_too:
+            pids.append(child.pid)
+        else:
+            assert _memory_cgroup_of(child.pid) == own
+        places = {_memory_cgroup_of(pid) for pid in pids}
+        assert len(places) == 1
+        place = places.pop()
+        assert place.startswith(own.rstrip("/") + f"/warden-{os.getpid()}-")
+    finally:
+        child.kill()
+        await child.wait()
+
+
+@pytest.mark.skipif(not IS_ROOT or not V1_MEMORY, reason="a sandbox cgroup needs root here; the self-join is v1's")
+async def test_bwrap_starts_inside_its_v1_cgroup_with_its_own_name_and_an_empty_environment(state_dir: Path) -> None:
+    """bwrap is born in the sandbox's cgroup (no migration by pid), so its init and the server are too; the join
+    shim leaves no trace: the sandbox's init (a clone of bwrap) still shows ``bwrap`` and no host path or variable."""
+    child = await _launch_sleeper(BwrapLauncher(SandboxSettings(), state_dir=state_dir))
+    assert Path(f"/proc/{child.pid}/cmdline").read_bytes().split(b"\0", 1)[0] == b"bwrap"
+    assert Path(f"/proc/{child.sandbox_pid}/cmdline").read_bytes().split(b"\0", 1)[0] == b"bwrap"
+    assert Path(f"/proc/{child.pid}/environ").read_bytes() == b""
+    await _sandbox_in_its_cgroup(child, bwrap_too=True)
+
+
+@pytest.mark.skipif(not IS_ROOT or not V1_MEMORY, reason="a sandbox cgroup needs root here")
+async def test_a_bwrap_by_another_name_is_moved_into_its_cgroup_by_pid(state_dir: Path, tmp_path: Path) -> None:
+    """The shim can only exec a program named ``bwrap`` (dash's exec sets argv[0] to the name); any other name
+    takes the migration by pid of the sandbox's init, which the server follows (bwrap itself stays outside)."""
+    found = locate_bwrap(os.environ)
+    renamed = tmp_path / "bwrap-pinned"
+    renamed.symlink_to(found.path)
+    bwrap = BwrapBinary(path=str(renamed), version=found.version, source="WARDEN_BWRAP")
+    child = await _launch_sleeper(BwrapLauncher(SandboxSettings(), state_dir=state_dir, bwrap=bwrap))
+    await _sandbox_in_its_cgroup(child, bwrap_too=False)
+
+
+@pytest.mark.skipif(not IS_ROOT or not V1_MEMORY, reason="a sandbox cgroup needs root here")
+@pytest.mark.parametrize("target", ["unwritable", "plain file"])
+async def test_a_bwrap_that_did_not_join_its_cgroup_never_starts_the_server(
+        state_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, target: str) -> None:
+    """Fail closed: a join that fails ends the launch, and one that silently joined nothing (the tasks path was
+    not the cgroup's) is caught by the membership check while the sandbox is still held at its block fd."""
+    tasks = tmp_path / ("gone/tasks" if target == "unwritable" else "tasks")
+    if target == "plain file":
+        tasks.write_text("")
+    real = SandboxCgroup.join_env
+
+    def wrong_tasks(self: SandboxCgroup, bwrap: str) -> dict[str, str] | None:
+        env = real(self, bwrap)
+        assert env is not None
+        return {**env, "WARDEN_CGROUP_TASKS": str(tasks)}
+
+    monkeypatch.setattr(SandboxCgroup, "join_env", wrong_tasks)
+    launcher = BwrapLauncher(SandboxSettings(), state_dir=state_dir)
+    with pytest.raises(SandboxUnavailable, match="memory cgroup"):
+        await launcher.launch(LaunchSpec(argv=("/bin/sh", "-c", "exit 0")))

@@ -19,8 +19,19 @@ Anywhere else (an unprivileged warden on a v1 or undelegated v2 machine, no memo
 cgroupfs) :func:`find_memory_cgroups` says why, and the launcher bounds memory per process only: doctor, the
 launch manifest and the audit record say so, and the tmpfs sizes come out of the per-process budget.
 
-A sandbox's cgroup is made and its limit set before the sandbox's first process runs the server (bwrap waits on
-``--block-fd`` while warden moves its init in), and it is removed once the sandbox is reaped. Names carry the
+A sandbox's cgroup is made and its limit set before the sandbox's first process runs the server, and it is removed
+once the sandbox is reaped. How a sandbox gets into it:
+
+- cgroup v1: bwrap is born in it. Moving a process in by pid (``cgroup.procs``) takes the kernel's global
+  threadgroup lock, whose writer waits for an RCU grace period: 10-15 ms on this machine, the largest part of a
+  sandbox's start. A single thread moving *itself* (``0`` written to the v1 ``tasks`` file) needs no such lock
+  (kernel/cgroup ``cgroup_procs_write_start``: ~0.2 ms). So bwrap is started through :data:`JOIN_SHIM`, a
+  single-threaded ``/bin/sh`` that writes ``0`` to the cgroup's ``tasks`` and execs bwrap, and everything bwrap
+  forks, its init and the server included, starts inside. bwrap itself (a few hundred KiB) is charged to the
+  sandbox. While bwrap waits on ``--block-fd`` warden still checks that the init is in the cgroup
+  (:meth:`SandboxCgroup.holds`): the server never runs outside it.
+- cgroup v2: ``0`` to ``cgroup.procs`` takes the same lock, so nothing is gained; warden moves the init in by pid
+  while bwrap waits on ``--block-fd`` (:meth:`SandboxCgroup.attach`). Names carry the
 creating warden's pid (``warden-<pid>-<random>``), so a cgroup left behind by a warden that died is recognised and
 removed by the next one.
 """
@@ -37,7 +48,7 @@ from typing import Final, final
 
 from warden.errors import SandboxUnavailable
 
-__all__ = ["MemoryCgroups", "NoMemoryCgroups", "SandboxCgroup", "find_memory_cgroups"]
+__all__ = ["JOIN_SHIM", "MemoryCgroups", "NoMemoryCgroups", "SandboxCgroup", "find_memory_cgroups"]
 
 _PREFIX: Final = "warden-"
 _PROBE: Final = "warden-probe-"
@@ -45,6 +56,15 @@ _PROBE: Final = "warden-probe-"
 #: account swap; then the limit bounds memory in RAM, which is what it is for (and machines here have no swap).
 _LIMIT_FILES: Final = {1: ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"),
                        2: ("memory.max", "memory.swap.max")}
+#: Starts the program named ``bwrap`` in the directory ``$WARDEN_BWRAP_DIR`` (so its ``argv[0]``, which a sandbox
+#: can read from ``/proc/1/cmdline``, is ``bwrap`` and not a host path) from inside the v1 cgroup whose ``tasks``
+#: file is ``$WARDEN_CGROUP_TASKS``. The two paths come in the environment, not the command line (DESIGN
+#: invariant 10), and are gone before the exec, as is the ``PWD`` dash exports: bwrap starts with an empty
+#: environment, as it would without the shim. A failed write ends the shim, and so the launch.
+JOIN_SHIM: Final = ("/bin/sh", "-c",
+                    'echo 0 > "$WARDEN_CGROUP_TASKS" || { echo "cannot join the sandbox memory cgroup" >&2; '
+                    'exit 125; }; PATH=$WARDEN_BWRAP_DIR; unset WARDEN_CGROUP_TASKS WARDEN_BWRAP_DIR PWD; '
+                    'exec bwrap "$@"', "warden-cgroup")
 
 
 @final
@@ -106,6 +126,26 @@ class SandboxCgroup:
     def attach(self, pid: int) -> None:
         """Move process ``pid`` (and, in v1, all its threads) into the cgroup; its later children follow."""
         self._write("cgroup.procs", str(pid))
+
+    def join_env(self, bwrap: str) -> dict[str, str] | None:
+        """The environment under which :data:`JOIN_SHIM` starts ``bwrap`` inside this cgroup; None where that is
+        no faster (v2) or where the binary is not named ``bwrap`` (its ``argv[0]`` would show another name)."""
+        if self.version != 1 or os.path.basename(bwrap) != "bwrap":
+            return None
+        return {"WARDEN_CGROUP_TASKS": str(self.path / "tasks"), "WARDEN_BWRAP_DIR": os.path.dirname(bwrap)}
+
+    def holds(self, pid: int) -> bool:
+        """True when process ``pid`` is in this cgroup (listed in its ``cgroup.procs``).
+
+        Raises:
+            SandboxUnavailable: the cgroup cannot be read.
+        """
+        try:
+            listed = (self.path / "cgroup.procs").read_text(encoding="ascii").split()
+        except OSError as exc:
+            raise SandboxUnavailable(f"cannot read {self.path / 'cgroup.procs'}: {exc.strerror}",
+                                     hint="run `warden doctor` to see how memory is bounded here") from exc
+        return str(pid) in listed
 
     def peak_bytes(self) -> int | None:
         """The most memory the sandbox has held (None where the kernel does not report it)."""
