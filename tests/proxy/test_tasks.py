@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any, Final
 
@@ -262,3 +263,37 @@ async def test_MS11_a_task_keeps_its_progress_token_until_it_ends(tmp_path: Path
     assert after, "no progress reached the host after the task was created"
     assert {m["params"]["progressToken"] for m in after} == {"host-token"}
     assert await host.close() == 0
+
+
+async def test_EL14_a_waiting_tasks_question_is_decided_once_however_often_it_is_polled(tmp_path: Path) -> None:
+    """A 2026 task waiting for input shows its question in every ``tasks/get``: warden decides, records and rates
+    it once (with ``elicitation_rate = "1/min"`` the owner polls it five times and is shown it each time), so
+    polling never exhausts the rate. A second task's question is a new one, and over the rate: its ``tasks/get``
+    is refused -32602 naming the rate, and the host is shown none of it."""
+    write_config(tmp_path, extra='[servers.tasks.capabilities]\nelicitation_rate = "1/min"\n')
+    host = ModernHost(await RawHost.start(through_warden(TASK_SERVER, "--name", "tasks")))
+    asks = {**WITH_TASKS, "elicitation": {"form": {}}}
+    first = (await host.ask("tools/call", {"name": "confirm_delete", "arguments": {}}, capabilities=asks))["result"]
+    shown = []
+    with trio.fail_after(20):
+        while len(shown) < 5:
+            polled = (await host.ask("tasks/get", {"taskId": first["taskId"]}, capabilities=asks))["result"]
+            if polled["status"] == "input_required":
+                shown.append(polled["inputRequests"])
+            time.sleep(0.05)
+    assert [list(s) for s in shown] == [["confirm"]] * 5
+    assert shown[0]["confirm"]["params"]["message"] == "Delete it?"
+    second = (await host.ask("tools/call", {"name": "confirm_delete", "arguments": {}}, capabilities=asks))["result"]
+    with trio.fail_after(20):
+        while True:
+            refused = await host.ask("tasks/get", {"taskId": second["taskId"]}, capabilities=asks)
+            if "error" in refused:
+                break
+            assert refused["result"]["status"] == "working", refused
+            time.sleep(0.05)
+    assert refused["error"]["code"] == -32602
+    assert "more elicitations than its rate allows (1/min" in refused["error"]["message"]
+    assert "Delete it?" not in json.dumps(refused)
+    assert await host.raw.close() == 0
+    questions = [r for r in audit_json() if r["event"] == "call.decided" and r.get("method") == "elicitation/create"]
+    assert [r["decision"] for r in questions] == ["allow", "deny"], questions

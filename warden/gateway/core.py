@@ -849,7 +849,7 @@ class Gateway:
         if status in TERMINAL:
             self.upstream.release_progress(task_id)
         if ctx.era is Era.MODERN and status == "input_required":
-            task["inputRequests"] = await self._passed_questions(task.get("inputRequests"), ctx)
+            task["inputRequests"] = await self._task_questions(entry, task.get("inputRequests"), ctx)
             raw = encode_json(task)
         if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
             task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
@@ -1318,6 +1318,22 @@ class Gateway:
         result["inputRequests"] = await self._passed_questions(result.get("inputRequests", {}), ctx)
         return encode_json(result)
 
+    async def _task_questions(self, entry: TaskEntry, requests: object, ctx: Context) -> dict[str, Any]:
+        """A waiting task's ``inputRequests`` as its owner sees them in ``tasks/get``: a question not seen before
+        passes :meth:`_passed_questions`; one already passed is shown as it was then (polling does not ask again,
+        nor draw on the EL14 rate). Only the current wait's questions are kept."""
+        if not isinstance(requests, dict):
+            return await self._passed_questions(requests, ctx)
+        shown: dict[str, Any] = {}
+        asked: dict[bytes, dict[str, Any]] = {}
+        for key, question in requests.items():
+            seen = encode_json([key, question])
+            if seen not in entry.asked:
+                entry.asked[seen] = (await self._passed_questions({key: question}, ctx))[key]
+            shown[key] = asked[seen] = entry.asked[seen]
+        entry.asked = asked
+        return shown
+
     def _answered(self, params: dict[str, Any], ctx: Context) -> dict[str, Any]:
         """A 2026 host's ``inputResponses`` on their way to a 2026 server (a retry, or ``tasks/update``): a roots
         answer keeps only the roots the policy allows (RT04-RT07), an elicitation answer carries ``content`` only
@@ -1348,7 +1364,7 @@ class Gateway:
         passed: dict[str, Any] = {}
         for key, question in requests.items():
             method = question.get("method") if isinstance(question, dict) else None
-            asked = question.get("params", {}) if isinstance(question, dict) else None
+            asked = question.get("params") or {} if isinstance(question, dict) else None
             if method not in INPUT_REQUEST_METHODS or not isinstance(asked, dict):
                 raise RemoteProtocolError("the server asks a question warden cannot carry",
                                           jsonrpc_code=INTERNAL_ERROR)

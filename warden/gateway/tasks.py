@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 from warden.errors import RemoteProtocolError
@@ -132,6 +132,9 @@ class TaskEntry:
     decision_index: int | None
     lane: Era
     recorded: bool = False
+    asked: dict[bytes, dict[str, Any]] = field(default_factory=dict)
+    """The questions of the task's current wait that passed the policy, as the host is shown them: a host polls
+    ``tasks/get`` many times for one question, which is decided, recorded and rated once."""
 
 
 @final
