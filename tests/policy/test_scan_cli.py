@@ -152,6 +152,18 @@ def test_scan_usage_errors_are_config_errors(args: list[str]) -> None:
     assert "warden scan" in r.stderr
 
 
+def test_scan_config_without_a_config_points_at_import() -> None:
+    """A new user's ``warden scan --config`` before any config exists is told how to get one (``warden import``)
+    or what to scan instead, not to fix a ``--config`` path they never gave."""
+    r = scan("--config")
+    assert r.returncode == 2
+    assert r.stdout == ""
+    assert "no server is configured: there is no warden config at " in r.stderr
+    assert "warden import" in r.stderr
+    assert "warden scan --host-file PATH" in r.stderr
+    assert "fix the --config path" not in r.stderr
+
+
 def test_a_server_that_cannot_start_is_a_failed_scan(state_dir: Path) -> None:
     r = scan("--json", "--name", "missing", "--", "/nonexistent/server")
     assert r.returncode == FINDINGS_EXIT

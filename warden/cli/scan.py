@@ -158,6 +158,10 @@ def scan_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         raise ConfigError("give one of: -- CMD ARGS (or --name NAME), --config, --host-file PATH",
                           hint="warden scan -- CMD ARGS, warden scan --config, or warden scan --host-file PATH")
     if args.every_configured:
+        if not ctx.config_path.exists():
+            raise ConfigError(f"no server is configured: there is no warden config at {ctx.config_path}",
+                              hint="put a host's servers under warden with `warden import`, or scan a host's "
+                                   "file as it stands: warden scan --host-file PATH")
         policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=True)
         names = sorted({*(policy.user.model.servers if policy.user else {}),
                         *(policy.org.model.servers if policy.org else {})})
