@@ -269,7 +269,7 @@ async def test_EL14_a_waiting_tasks_question_is_decided_once_however_often_it_is
     """A 2026 task waiting for input shows its question in every ``tasks/get``: warden decides, records and rates
     it once (with ``elicitation_rate = "1/min"`` the owner polls it five times and is shown it each time), so
     polling never exhausts the rate. A second task's question is a new one, and over the rate: its ``tasks/get``
-    is refused -32602 naming the rate, and the host is shown none of it."""
+    is refused -32602 naming the rate's setting, and the host is shown none of it."""
     write_config(tmp_path, extra='[servers.tasks.capabilities]\nelicitation_rate = "1/min"\n')
     host = ModernHost(await RawHost.start(through_warden(TASK_SERVER, "--name", "tasks")))
     asks = {**WITH_TASKS, "elicitation": {"form": {}}}
@@ -283,6 +283,9 @@ async def test_EL14_a_waiting_tasks_question_is_decided_once_however_often_it_is
             time.sleep(0.05)
     assert [list(s) for s in shown] == [["confirm"]] * 5
     assert shown[0]["confirm"]["params"]["message"] == "Delete it?"
+    undeclared = await host.ask("tasks/get", {"taskId": first["taskId"]})  # PX01: decided for who polls
+    assert undeclared["error"]["code"] == -32602
+    assert "Delete it?" not in json.dumps(undeclared)
     second = (await host.ask("tools/call", {"name": "confirm_delete", "arguments": {}}, capabilities=asks))["result"]
     with trio.fail_after(20):
         while True:
@@ -292,8 +295,28 @@ async def test_EL14_a_waiting_tasks_question_is_decided_once_however_often_it_is
             assert refused["result"]["status"] == "working", refused
             time.sleep(0.05)
     assert refused["error"]["code"] == -32602
-    assert "more elicitations than its rate allows (1/min" in refused["error"]["message"]
+    assert "(servers.tasks.capabilities.elicitation_rate)" in refused["error"]["message"]
     assert "Delete it?" not in json.dumps(refused)
     assert await host.raw.close() == 0
     questions = [r for r in audit_json() if r["event"] == "call.decided" and r.get("method") == "elicitation/create"]
-    assert [r["decision"] for r in questions] == ["allow", "deny"], questions
+    assert [r["decision"] for r in questions] == ["allow", "deny", "deny"], questions
+
+
+async def test_PX01_a_task_shows_questions_only_while_waiting_and_notifications_carry_status_alone(
+        tmp_path: Path) -> None:
+    """A server that puts a question on a ``working`` task's ``tasks/get``, or inlines a question and a result
+    in its ``notifications/tasks``, reaches the host with neither: questions pass the policy only on a task
+    waiting for input, results only through ``tasks/get`` and its content rules; the status still arrives."""
+    write_config(tmp_path)
+    host = ModernHost(await RawHost.start(through_warden(TASK_SERVER, "--name", "tasks")))
+    asks = {**WITH_TASKS, "elicitation": {"form": {}}}
+    task = (await host.ask("tools/call", {"name": "stray_questions", "arguments": {}}, capabilities=asks))["result"]
+    time.sleep(0.6)  # the server's notification comes 0.3 s after the task
+    polled = (await host.ask("tasks/get", {"taskId": task["taskId"]}, capabilities=asks))["result"]
+    assert polled["status"] == "working"
+    assert "inputRequests" not in polled
+    await host.ask("tasks/cancel", {"taskId": task["taskId"]}, capabilities=asks)
+    assert await host.raw.close() == 0
+    notified = [m for m in host.raw.seen if m.get("method") == "notifications/tasks"]
+    assert "STRAY" not in json.dumps(host.raw.seen)
+    assert [(m["params"]["taskId"], m["params"]["status"]) for m in notified] == [(task["taskId"], "working")]

@@ -23,7 +23,7 @@ import secrets
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import Any, Final, NamedTuple, final
 
 import msgspec
 import trio
@@ -177,6 +177,16 @@ def _accepted_content_only(answer: Reply, *, url_mode: bool) -> Reply:
     del result["content"]
     return Reply(result=encode_json(result))
 
+
+class _Refused(NamedTuple):
+    """A server question :meth:`Gateway._admit` refused: the answer to the server, and the rule that refused."""
+
+    reply: Reply
+    rule: str
+
+
+_INPUT_REQUIRED_FIELDS: Final = frozenset({"resultType", "inputRequests", "requestState", "_meta"})
+"""An ``InputRequiredResult`` as a 2026 host gets it from a 2026 server: nothing else of the server's result."""
 
 REMEMBERED_ELICITATIONS: Final = 256
 """How many URL-mode elicitation ids warden remembers the host of, to route their completion (PX12)."""
@@ -851,6 +861,9 @@ class Gateway:
         if ctx.era is Era.MODERN and status == "input_required":
             task["inputRequests"] = await self._task_questions(entry, task.get("inputRequests"), ctx)
             raw = encode_json(task)
+        elif ctx.era is Era.MODERN and "inputRequests" in task:  # questions only on a task waiting for them
+            del task["inputRequests"]
+            raw = encode_json(task)
         if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
             task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
             raw = encode_json(task)
@@ -909,7 +922,9 @@ class Gateway:
 
     async def _task_notification(self, method: str, params: bytes | None) -> None:
         """A task's status notification reaches only the host that owns the task (none if no connected host
-        does); one showing the task ended records its outcome."""
+        does); one showing the task ended records its outcome. It carries the status alone: the questions a
+        task asks and the result it inlines (both optional in a notification) reach the host only through
+        ``tasks/get`` / ``tasks/result``, where they pass the policy and the content rules."""
         try:
             body = decode_object(params) if params else {}
         except (msgspec.DecodeError, TypeError):
@@ -929,6 +944,8 @@ class Gateway:
         if owner is None or owner.unsolicited is None or method not in SERVER_NOTIFICATIONS[owner.era]:
             log.info("%s: %s for a task whose host is not connected; dropped", self._name, method)
             return
+        if "inputRequests" in body or "result" in body:  # questions and results only through tasks/get
+            params = encode_json({k: v for k, v in body.items() if k not in ("inputRequests", "result")})
         with contextlib.suppress(trio.ClosedResourceError):
             await owner.unsolicited.send(encode_notification(method, params))
 
@@ -1286,11 +1303,11 @@ class Gateway:
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
     async def _admit(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any],
-                     client: str | None) -> tuple[int | None, dict[str, Any]] | Reply:
+                     client: str | None) -> tuple[int | None, dict[str, Any]] | _Refused:
         """The one gate every server question passes, whichever way it reaches the host (a wire request, an
         exchange, a 2026 ``input_required`` or a task's ``inputRequests``): the policy's decision (PX01-PX04, the
         EL14 rate), its record, and the question as the host may see it. Returns the record's index and the
-        question, or the refusal the server (or host) is answered with."""
+        question, or the refusal the server is answered with and the rule that refused."""
         decision, recorded = self.guard.decide_question(method, params, capabilities)
         if not decision.allowed:
             if recorded:  # not each refusal of a flood (EL14): the guard counts them into the next record
@@ -1300,12 +1317,14 @@ class Gateway:
             # EL08 asks for -32602 for an undeclared elicitation mode; tools without sampling.tools is likewise a
             # bad request (SA07); a question the host cannot take at all is "method not found" to it.
             bad_params = method == "elicitation/create" or "tools" in params or "toolChoice" in params
-            return Reply.failure(INVALID_PARAMS if bad_params else METHOD_NOT_FOUND, f"refused: {decision.reason}")
+            return _Refused(Reply.failure(INVALID_PARAMS if bad_params else METHOD_NOT_FOUND,
+                                          f"refused: {decision.reason}"), str(decision.rule))
         try:
             index = await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
                                                 request=encode_json(dict(params)), client=client)
         except AuditError as exc:
-            return Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: {exc}")
+            return _Refused(Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: "
+                                                          f"{exc}"), "the audit log")
         body = dict(params)
         if method == "sampling/createMessage" and "includeContext" in body:
             body["includeContext"] = decision.include_context or "none"  # PX04, PX06
@@ -1313,8 +1332,9 @@ class Gateway:
 
     async def _passed_input_required(self, reply: Reply, ctx: Context) -> bytes:
         """A 2026 server's ``input_required`` result as a 2026 host gets it: the server's own (its
-        ``requestState`` untouched, MS36), with only questions that passed :meth:`_passed_questions`."""
-        result = reply.result_dict()
+        ``requestState`` untouched, MS36), with only questions that passed :meth:`_passed_questions` and nothing
+        but an ``InputRequiredResult``'s fields (content in it would pass no content rule)."""
+        result = {k: v for k, v in reply.result_dict().items() if k in _INPUT_REQUIRED_FIELDS}
         result["inputRequests"] = await self._passed_questions(result.get("inputRequests", {}), ctx)
         return encode_json(result)
 
@@ -1327,7 +1347,7 @@ class Gateway:
         shown: dict[str, Any] = {}
         asked: dict[bytes, dict[str, Any]] = {}
         for key, question in requests.items():
-            seen = encode_json([key, question])
+            seen = encode_json([key, question, ctx.capabilities, ctx.client])  # PX01: what this host declared
             if seen not in entry.asked:
                 entry.asked[seen] = (await self._passed_questions({key: question}, ctx))[key]
             shown[key] = asked[seen] = entry.asked[seen]
@@ -1346,7 +1366,7 @@ class Gateway:
         for key, answer in responses.items():
             if isinstance(answer, dict) and "roots" in answer:
                 answer = self.guard.filter_roots_answer(answer)
-            elif isinstance(answer, dict) and "action" in answer and answer["action"] != "accept":  # not sampling's
+            if isinstance(answer, dict) and "action" in answer and answer["action"] != "accept":  # not sampling's
                 answer = {k: v for k, v in answer.items() if k != "content"}
             kept[key] = answer
         return {**params, "inputResponses": kept}
@@ -1354,7 +1374,9 @@ class Gateway:
     async def _passed_questions(self, requests: object, ctx: Context) -> dict[str, Any]:
         """A 2026 server's ``inputRequests`` on their way to a 2026 host (an ``input_required`` result, or a task
         waiting for input): each passes :meth:`_admit` as a wire question would (invariant 6), and is recorded;
-        one refused refuses the request, and the host sees none of them.
+        one refused refuses the request, and the host sees none of them. The refusal names the rule, not the
+        reason: a reason may quote the server's own words (a schema's property name), which must not reach the
+        model's context as warden's; the reason is in the log and the record.
 
         Raises:
             RemoteProtocolError: a question warden cannot carry, or one the policy refuses.
@@ -1369,10 +1391,11 @@ class Gateway:
                 raise RemoteProtocolError("the server asks a question warden cannot carry",
                                           jsonrpc_code=INTERNAL_ERROR)
             admitted = await self._admit(str(method), asked, ctx.capabilities, ctx.client)
-            if isinstance(admitted, Reply):
-                raise RemoteProtocolError(f"warden refused the server's {method}: {admitted.message}",
-                                          jsonrpc_code=admitted.code or INTERNAL_ERROR)
-            passed[key] = {**question, "params": admitted[1]}
+            if isinstance(admitted, _Refused):
+                raise RemoteProtocolError(f"warden refused the server's {method} under {admitted.rule} "
+                                          "(`warden audit show` has why)",
+                                          jsonrpc_code=admitted.reply.code or INTERNAL_ERROR)
+            passed[key] = _for_modern_host({"method": method, "params": admitted[1]})
         return passed
 
     async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
@@ -1380,8 +1403,8 @@ class Gateway:
         """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
         allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
         admitted = await self._admit(method, params, capabilities, client)
-        if isinstance(admitted, Reply):
-            return admitted
+        if isinstance(admitted, _Refused):
+            return admitted.reply
         index, body = admitted
         url_mode = method == "elicitation/create" and body.get("mode") == "url"
         if asker is not None:
