@@ -165,17 +165,21 @@ def _for_modern_host(question: Mapping[str, Any]) -> dict[str, Any]:
     return {"method": question["method"], "params": params}
 
 
-def _accepted_content_only(answer: Reply, *, url_mode: bool) -> Reply:
+def _content_when_accepted(result: dict[str, Any], *, url_mode: bool) -> dict[str, Any] | None:
     """An elicitation answer as the server gets it: ``content`` only with ``accept`` in form mode (EL05), never in
-    URL mode, where accepting is consent alone (EL16)."""
+    URL mode, where accepting is consent alone (EL16). None: it goes as it is."""
+    if "content" not in result or (result.get("action") == "accept" and not url_mode):
+        return None
+    return {k: v for k, v in result.items() if k != "content"}
+
+
+def _accepted_content_only(answer: Reply, *, url_mode: bool) -> Reply:
+    """:func:`_content_when_accepted` for an answer on the wire."""
     try:
-        result = answer.result_dict()
+        shaped = _content_when_accepted(answer.result_dict(), url_mode=url_mode)
     except (msgspec.DecodeError, TypeError):
         return answer
-    if "content" not in result or (result.get("action") == "accept" and not url_mode):
-        return answer
-    del result["content"]
-    return Reply(result=encode_json(result))
+    return answer if shaped is None else Reply(result=encode_json(shaped))
 
 
 class _Refused(NamedTuple):
@@ -815,8 +819,7 @@ class Gateway:
         if created is None:
             return  # the server answered at once: creating a task is its choice
         name = params.get("name")
-        self._tasks.add(created[0], TaskEntry(link.id, ctx.era, name if isinstance(name, str) else "", index,
-                                              ctx.upstream))
+        self._tasks.add(created[0], TaskEntry(link.id, ctx.era, name if isinstance(name, str) else "", index))
 
     async def _task_request(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                             sink: Sink) -> bytes:
@@ -858,16 +861,15 @@ class Gateway:
                                       jsonrpc_code=INTERNAL_ERROR)
         if status in TERMINAL:
             self.upstream.release_progress(task_id)
-        if ctx.era is Era.MODERN and status == "input_required":
-            task["inputRequests"] = await self._task_questions(entry, task.get("inputRequests"), ctx)
-            raw = encode_json(task)
-        elif ctx.era is Era.MODERN and "inputRequests" in task:  # questions only on a task waiting for them
-            del task["inputRequests"]
-            raw = encode_json(task)
-        if ctx.era is Era.MODERN and status == "completed" and isinstance(task.get("result"), dict):
-            task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
-            raw = encode_json(task)
-            await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+        if ctx.era is Era.MODERN:  # questions only on a task waiting for them; a result through the content rules
+            if status == "input_required":
+                task["inputRequests"] = await self._task_questions(entry, task.get("inputRequests"), ctx)
+            else:
+                task.pop("inputRequests", None)
+            if status == "completed" and isinstance(task.get("result"), dict):
+                task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
+                await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+            raw = encode_json({"resultType": "complete", **task})  # stated to a 2026 host (LC16)
         if status != "completed" or ctx.era is Era.MODERN:  # a 2025-11-25 result comes with tasks/result
             error = task.get("error")
             self._task_ended(task_id, status, raw, error.get("message") if isinstance(error, dict) else
@@ -1366,8 +1368,8 @@ class Gateway:
         for key, answer in responses.items():
             if isinstance(answer, dict) and "roots" in answer:
                 answer = self.guard.filter_roots_answer(answer)
-            if isinstance(answer, dict) and "action" in answer and answer["action"] != "accept":  # not sampling's
-                answer = {k: v for k, v in answer.items() if k != "content"}
+            if isinstance(answer, dict) and "action" in answer:  # an elicitation's (a sampling answer has none)
+                answer = _content_when_accepted(answer, url_mode=False) or answer
             kept[key] = answer
         return {**params, "inputResponses": kept}
 

@@ -22,7 +22,7 @@ from typing import Any, Final, final
 
 from warden.errors import RemoteProtocolError
 from warden.protocol.eras import Era
-from warden.protocol.messages import INVALID_PARAMS
+from warden.protocol.messages import INTERNAL_ERROR, INVALID_PARAMS
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 LEGACY_TASKS_VERSION: Final = "2025-11-25"
@@ -108,15 +108,15 @@ def created_task(result: Mapping[str, Any], era: Era) -> tuple[str, str] | None:
         if task is None:
             return None
         if not isinstance(task, Mapping):
-            raise RemoteProtocolError("the server's task is not an object", jsonrpc_code=-32603)
+            raise RemoteProtocolError("the server's task is not an object", jsonrpc_code=INTERNAL_ERROR)
     try:
         task_id = check_task_id(task.get("taskId"))
     except RemoteProtocolError as exc:
         raise RemoteProtocolError(f"the server created a task warden cannot carry: {exc.message}",
-                                  jsonrpc_code=-32603) from exc
+                                  jsonrpc_code=INTERNAL_ERROR) from exc
     status = task.get("status")
     if status not in STATUSES:
-        raise RemoteProtocolError("the server created a task with no valid status", jsonrpc_code=-32603)
+        raise RemoteProtocolError("the server created a task with no valid status", jsonrpc_code=INTERNAL_ERROR)
     return task_id, str(status)
 
 
@@ -130,7 +130,6 @@ class TaskEntry:
     era: Era
     tool: str
     decision_index: int | None
-    lane: Era
     recorded: bool = False
     asked: dict[bytes, dict[str, Any]] = field(default_factory=dict)
     """The questions of the task's current wait that passed the policy, as the host is shown them: a host polls

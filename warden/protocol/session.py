@@ -78,10 +78,10 @@ __all__ = [
 W = TypeVar("W")
 
 REMEMBERED_CANCELLED: Final = 1024
+"""How many ids of requests warden gave up on are remembered, so a late answer is reported as late, not unknown."""
 KEPT_PROGRESS: Final = 4096
 """How many settled requests' progress tokens a session keeps routing (requests that became tasks, MS11); past
 that the oldest is dropped (invariant 13)."""
-"""How many ids of requests warden gave up on are remembered, so a late answer is reported as late, not unknown."""
 
 
 @final
