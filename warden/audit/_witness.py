@@ -35,9 +35,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
-
-import httpx
+from typing import TYPE_CHECKING, Final
 
 from warden.audit._checkpoint import SignedCheckpoint, open_checkpoint
 from warden.audit._files import open_private, read_all
@@ -57,6 +55,9 @@ from warden.audit._verify import CheckpointSource, VerifiedLog
 from warden.durable import pwrite_all, replace_file
 from warden.errors import AuditError, ConfigError, StateError, VerificationError, WardenError
 from warden.paths import ensure_private_dir
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = [
     "COSIGN_EVERY",
@@ -197,6 +198,8 @@ class Witness:
             check_key_name(name)
         except NoteError as exc:
             raise ConfigError(f"witness name: {exc}") from exc
+        import httpx  # here, not at the top: `warden run` loads httpx only when it is used (startup time)
+
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL as exc:
@@ -331,6 +334,8 @@ class WitnessClient:
     """``add-checkpoint`` over HTTP with a deadline; every failure becomes a :class:`Refused`, never an exception."""
 
     def __init__(self, *, timeout: float = 10.0, transport: httpx.BaseTransport | None = None) -> None:
+        import httpx  # here, not at the top: `warden run` loads httpx only when it is used (startup time)
+
         self._http = httpx.Client(timeout=timeout, transport=transport, follow_redirects=False,
                                   headers={"User-Agent": "warden-audit-witness-client"})
 
@@ -345,6 +350,8 @@ class WitnessClient:
 
     def add_checkpoint(self, witness: Witness, body: bytes) -> tuple[int, str, bytes] | str:
         """POST the body; (status, content type, body) or the reason it could not be done."""
+        import httpx
+
         try:
             with self._http.stream("POST", witness.url + "/add-checkpoint", content=body) as response:
                 data = b""

@@ -10,14 +10,17 @@ import argparse
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from warden.auth import ResourceServer, ResourceServerSettings
 from warden.cli._common import CommandContext
 from warden.errors import ConfigError
-from warden.gateway.http import HttpOptions
 from warden.gateway.http_access import parse_bind
 from warden.gateway.http_token import load_or_create_token, read_token_file
 from warden.loopback import is_loopback
+
+if TYPE_CHECKING:
+    from warden.auth import ResourceServer
+    from warden.gateway.http import HttpOptions
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,9 @@ def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size
             token file or origin.
         StateError: the state directory (where warden keeps its token) is unsafe.
     """
+    # The HTTP face (hypercorn, OAuth) is imported only when it is asked for: a stdio `warden run` starts sooner.
+    from warden.gateway.http import HttpOptions
+
     host, port = parse_bind(args.http)
     if args.no_auth:
         if args.token_file is not None:
@@ -91,6 +97,8 @@ def _resource_server(args: argparse.Namespace, host: str, port: int) -> Resource
                               hint="give --resource-url, or a fixed port in --http")
         literal = f"[{host}]" if ":" in host else host
         resource = f"http://{literal}:{port}/mcp"
+    from warden.auth import ResourceServer, ResourceServerSettings
+
     return ResourceServer(ResourceServerSettings(resource=resource, issuer=args.accept_oauth_issuer,
                                                  jwks_uri=args.accept_oauth_jwks, scopes=tuple(args.require_scope)))
 

@@ -20,14 +20,13 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
-from typing import Any, final
+from typing import TYPE_CHECKING, Any, final
 
 import trio
 from pydantic import ValidationError
 
 from warden import audit, logs
 from warden.audit import cosign_in_background
-from warden.auth import AuditSink, CredentialStore, GrantEvent, OAuthClient, oauth_settings
 from warden.cli import _http as http_cli
 from warden.cli._common import CommandContext, run_trio
 from warden.cli.intake import intake_policy
@@ -37,7 +36,6 @@ from warden.errors import ConfigError, IntakeError, LaunchError, SandboxUnavaila
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
-from warden.gateway.http import HttpOptions, serve_http
 from warden.gateway.mrtr import load_state_key
 from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
@@ -64,7 +62,6 @@ from warden.protocol.request_state import StateSigner
 from warden.sandbox import SandboxSettings, make_launcher, manifest_notes
 from warden.secrets import Redactor, SecretStore, hand_to_server, load_redactor
 from warden.transport.channel import MessageChannel
-from warden.transport.http_client import HttpConnector
 from warden.transport.http_config import (
     auth_headers_from_config,
     headers_from_env,
@@ -73,6 +70,10 @@ from warden.transport.http_config import (
     is_http_url,
 )
 from warden.upstream.connection import Connection, Connector, StdioConnector, Upstream, UpstreamOptions
+
+if TYPE_CHECKING:  # the HTTP pieces are imported where they are used: a stdio `warden run` never loads them
+    from warden.auth import AuditSink, GrantEvent, OAuthClient
+    from warden.gateway.http import HttpOptions
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +227,8 @@ class ServerPlan:
     """The package fetched into warden's store for this start (``npx``/``uvx``/``pipx run``), if one was."""
     egress: SandboxEgress | None = None
     """The server's egress proxy (``network.allow``): served for as long as the gateway, recording to its log."""
+    oauth: OAuthClient | None = None
+    """The OAuth client of a remote server warden authorizes itself to (its grants become audit records)."""
 
 
 @final
@@ -250,7 +253,7 @@ def _launcher_for(server: ServerPolicy, spec: LaunchSpec | None, state_dir: Path
 
 def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, env: Mapping[str, str],
                     header_specs: Sequence[str], options: UpstreamOptions, state_dir: Path,
-                    oauth: Mapping[str, Any]) -> tuple[Connector, dict[str, Any]]:
+                    oauth: Mapping[str, Any]) -> tuple[Connector, dict[str, Any], OAuthClient | None]:
     """A remote server: nothing to launch or sandbox; the org's command rules still apply to its URL. Header values
     come from ``env`` (warden's environment, and the server's resolved env table: ``${secret:}`` values); the
     identity manifest names the URL and the header *names* only. Unless an ``Authorization`` header is configured,
@@ -258,6 +261,9 @@ def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, env: M
     decision = decide(launch_facts(server))
     if not decision.allowed:
         raise LaunchError(f"connection refused: {decision.reason} [{decision.rule}]", hint=decision.hint)
+    from warden.auth import CredentialStore, OAuthClient, oauth_settings
+    from warden.transport.http_client import HttpConnector
+
     headers = headers_from_env(header_specs, env)
     block = dict(server.auth)
     if block:
@@ -270,7 +276,7 @@ def _http_connector(server: ServerPolicy, name: str, ctx: CommandContext, env: M
         client = OAuthClient(settings.url, name, oauth_settings({**configured, **oauth}, env),
                              CredentialStore(SecretStore(state_dir)))
     return HttpConnector(settings, name, auth=client), {"kind": "http", "url": settings.url,
-                                                        "headers": sorted(header for header, _ in headers)}
+                                                        "headers": sorted(header for header, _ in headers)}, client
 
 
 def _handed(server: ServerPolicy, env: Mapping[str, str], header_specs: Sequence[str],
@@ -357,12 +363,12 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         if refusal is not None:
             raise refusal
         if len(server.argv) == 1 and is_http_url(server.argv[0]):
-            connector, manifest = _http_connector(server, name, ctx, {**ctx.env, **env}, http_headers, options,
+            connector, manifest, client = _http_connector(server, name, ctx, {**ctx.env, **env}, http_headers, options,
                                                   state_dir, oauth or {})
             guard = Guard(policy=server, store=store, manifest=launch_manifest(
                 server.argv, server.env_names.value, manifest, server.network.value.to_json()),
                 secrets=redactor.values)
-            return ServerPlan(name, connector, guard, state_dir, redactor)
+            return ServerPlan(name, connector, guard, state_dir, redactor, oauth=client)
         egress = SandboxEgress(server.network.value) if server.network.value.enabled else None
         launcher = _launcher_for(server, spec, state_dir, ctx.env, egress)
         assert spec is not None
@@ -448,8 +454,8 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
                             detail=guard.policy.audit_arguments.value,
                             sandbox_notes=manifest_notes(guard.manifest.get("sandbox") or {}))
         await recorder.policy_loaded()
-        if isinstance(plan.connector, HttpConnector) and plan.connector.auth is not None:
-            plan.connector.auth.bind_audit(None if log_ is None else _grant_recorder(log_, plan.name, guard.identity))
+        if plan.oauth is not None:
+            plan.oauth.bind_audit(None if log_ is None else _grant_recorder(log_, plan.name, guard.identity))
         if log_ is not None and plan.intake is not None and plan.intake.fetched:
             await log_.append(package_record(plan.intake.record, server_name=plan.name, consent=audit.Consent.POLICY))
         await recorder.pins(await guard.observe_identity())
@@ -505,6 +511,8 @@ async def serve_http_hosts(plan: ServerPlan, options: UpstreamOptions, http: Htt
                            token_file: Path | None) -> int:
     """Serve hosts over Streamable HTTP (both eras, any number of sessions, one upstream) until warden is told to
     stop."""
+    from warden.gateway.http import serve_http
+
     http = dataclasses.replace(http, redactor=plan.redactor)
     async with open_gateway(plan, options) as (gateway, upstream), trio.open_nursery() as nursery:
         if plan.egress is not None and http.port:  # the server's proxy never lets it reach warden's HTTP face

@@ -58,10 +58,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, final
 
-import httpx
 import trio
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["ANSWER_DOMAIN", "REQUEST_DOMAIN", "ApprovalRequest", "ApprovalVerdict", "WebhookApprovals",
            "sign_approval"]
@@ -136,6 +138,8 @@ class WebhookApprovals:
                            "reason": request.reason, "rule": request.rule, "session": request.session,
                            "issued_at": int(now), "expires_at": expires_at})
         headers = {"Content-Type": "application/json", SIGNATURE_HEADER: sign_approval(self._key, REQUEST_DOMAIN, body)}
+        import httpx  # here, not at the top: `warden run` loads httpx only when it is used (startup time)
+
         try:
             with trio.move_on_after(self._timeout) as scope:
                 async with httpx.AsyncClient(transport=self._transport, timeout=self._timeout, trust_env=False,

@@ -25,9 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, final
 
-import jsonschema
 import msgspec
-from referencing.exceptions import Unresolvable
 
 from warden.policy._glob import glob_match
 from warden.policy._regex import LinearPattern, compile_linear
@@ -219,6 +217,8 @@ def _linear(pattern: str) -> Any:
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Any:
+    import jsonschema
+
     if validator.is_type(instance, "string") and _linear(pattern).search(instance) is None:
         yield jsonschema.ValidationError(f"does not match {pattern!r}")
 
@@ -238,6 +238,9 @@ def _schema_valid(schema: Mapping[str, Any], instance: Any) -> bool:
     Raises:
         _UncheckableSchema: a pattern RE2 cannot run.
     """
+    import jsonschema  # here, not at the top: only a result with structuredContent needs it (startup time)
+    from referencing.exceptions import Unresolvable
+
     try:
         cls = jsonschema.validators.validator_for(schema)
         safe = jsonschema.validators.extend(cls, {"pattern": _pattern, "patternProperties": _pattern_properties})

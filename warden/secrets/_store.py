@@ -137,9 +137,12 @@ class SecretStore:
         return data  # type: ignore[no-any-return]
 
     def _keyring_for(self, backend: Backend | None) -> Keyring | None:
-        """The keyring a store with ``backend`` uses (None: values in the file)."""
+        """The keyring a store with ``backend`` uses (None: values in the file). A file store never asks the OS
+        for its keyring (finding one costs ~100 ms at every start)."""
+        if backend == "file":
+            return None
         chosen = os_keyring() if self._keyring_arg == "auto" else self._keyring_arg
-        if backend == "file" or (backend is None and chosen is None):
+        if backend is None and chosen is None:
             return None
         if chosen is None:
             raise StateError(f"the secrets in {self._path} are kept in the OS keyring, which cannot be reached now",
@@ -172,8 +175,10 @@ class SecretStore:
         return value
 
     def values(self) -> list[str]:
-        """Every value to redact: the secrets and the handed values."""
+        """Every value to redact: the secrets and the handed values (none before the store's first write)."""
         data = self._read()
+        if data["backend"] is None:
+            return []
         keyring = self._keyring_for(data["backend"])
         if keyring is None:
             secrets = [e.get("value") for e in data["secrets"].values()]

@@ -1,0 +1,38 @@
+"""What a stdio ``warden run`` loads: a host starts one warden per server, so every module it imports for nothing
+is paid at every start. The HTTP face (hypercorn), HTTP upstreams and OAuth (httpx, authlib), output-schema checks
+(jsonschema) and the OS keyring are loaded only by the runs that use them. Measured with ``-X importtime`` on a
+real run (the host's initialize, a tool call, the end), not by importing modules in the test's own process."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.support import RAWSERVER, RawHost
+
+NOT_FOR_A_STDIO_RUN = ("httpx", "hypercorn", "h11", "h2", "wsproto", "authlib", "joserfc", "jsonschema", "keyring",
+                       "rich", "click", "warden.auth", "warden.gateway.http", "warden.transport.http_client")
+
+
+def _imported(stderr: bytes) -> set[str]:
+    names = set()
+    for line in stderr.decode(errors="replace").splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            names.add(line.rsplit("|", 1)[1].strip())
+    return names
+
+
+async def test_a_stdio_run_loads_no_http_oauth_schema_or_keyring_code(tmp_path: Path) -> None:
+    err = tmp_path / "stderr"
+    with err.open("wb") as sink:
+        host = await RawHost.start([sys.executable, "-X", "importtime", "-m", "warden", "run", "--", *RAWSERVER],
+                                   stderr=sink)
+        await host.initialize()
+        answer = await host.call(1, "echo", {"text": "hi"})
+        assert answer["result"]["content"][0]["text"] == "hi"  # type: ignore[index]
+        assert await host.close() == 0
+    imported = _imported(err.read_bytes())
+    assert "warden.gateway.core" in imported  # the measurement saw warden start
+    loaded = sorted(name for name in imported
+                    if any(name == top or name.startswith(top + ".") for top in NOT_FOR_A_STDIO_RUN))
+    assert loaded == []
