@@ -9,6 +9,9 @@ interleaved run by run so drift hits them equally. "bare" runs the store entry's
 unsandboxed launcher and the same small environment the sandbox gets (PATH, HOME, LANG, TMPDIR): that is what
 ``npx``/``uvx`` run once their cache is warm, so the comparison measures isolation, not environment size.
 "bwrap" runs the host configuration's own command (``npx -y PKG``, ``uvx PKG``) the way ``warden run`` does.
+"warden run" is the whole thing a host starts: a ``warden run --name N -- <the host's command>`` process, timed
+from its spawn (so warden's own start — Python, its imports, policy, audit log — is in the figure) to the first
+non-empty tool list, after the server's definitions were approved once.
 Per-call latency is measured on one warm server per mode: sequential ``tools/call`` round trips.
 
 Usage: python bench/sandbox_start.py [--runs N] [--calls N] [--no-podman] [--no-intake-table]
@@ -22,6 +25,8 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -48,6 +53,7 @@ SERVERS: dict[str, tuple[tuple[str, ...], str, dict[str, Any]]] = {
     "node: server-everything": (REFERENCE[3], "echo", {"message": "hi"}),
     "python: mcp-server-time": (REFERENCE[5], "get_current_time", {"timezone": "UTC"}),
 }
+WARDEN = str(Path(sys.executable).parent / "warden")
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
 
 
@@ -87,9 +93,13 @@ async def _drain(child: Child) -> None:
         pass
 
 
-async def start(launcher: Launcher, spec: LaunchSpec, nursery: trio.Nursery) -> tuple[Client, float]:
+async def start(launcher: Launcher | None, spec: LaunchSpec,
+                nursery: trio.Nursery) -> tuple[Client, float | None]:
+    """Launch ``spec`` (with ``launcher``; None: ``spec.argv`` is a whole ``warden run`` process) and read its
+    first tool list; the seconds it took, or None when the list was empty (warden's, before approval)."""
     began = time.perf_counter()
-    child = await launcher.launch(spec)
+    child: Any = await (launcher.launch(spec) if launcher is not None else
+                        trio.lowlevel.open_process(spec.argv, stdin=-1, stdout=-1, stderr=-1))
     nursery.start_soon(_drain, child)
     client = Client(child)
     answer = await client.request("initialize", INIT)
@@ -97,8 +107,8 @@ async def start(launcher: Launcher, spec: LaunchSpec, nursery: trio.Nursery) -> 
     await child.stdin.send_all(b'{"jsonrpc":"2.0","method":"notifications/initialized"}\n')
     tools = await client.request("tools/list", {})
     elapsed = time.perf_counter() - began
-    assert tools.get("result", {}).get("tools"), tools
-    return client, elapsed
+    assert launcher is None or tools.get("result", {}).get("tools"), tools
+    return client, elapsed if tools.get("result", {}).get("tools") else None
 
 
 def podman_wrapper(directory: Path) -> str | None:
@@ -149,9 +159,10 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
             assert request is not None
             await trio.to_thread.run_sync(lambda r=request: take_in(r, state_dir=state, env=os.environ))
     node = shutil.which("node") or "node"
-    modes: dict[str, Callable[[], Launcher]] = {
+    modes: dict[str, Callable[[], Launcher | None]] = {
         "bare": lambda: make_launcher(SandboxSettings(kind="none"), state_dir=state),
         "bwrap": lambda: make_launcher(SandboxSettings(), state_dir=state),
+        "warden run": lambda: None,
     }
     wrapper = podman_wrapper(work) if use_podman else None
     if wrapper is not None:
@@ -161,6 +172,7 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
     rows = []
     try:
         for label, (argv, tool, arguments) in SERVERS.items():
+            name = "bench-" + label.split(":")[0]
             startup: dict[str, list[float]] = {mode: [] for mode in modes}
             per_call: dict[str, list[float]] = {}
             async with trio.open_nursery() as nursery:
@@ -169,12 +181,16 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
                         env = bare_env if mode == "bare" else {}
                         resolved = resolve_launch(argv, state_dir=state, node=node)
                         assert resolved is not None
-                        command = resolved.argv if mode == "bare" else argv
+                        command = list(resolved.argv if mode == "bare" else argv)
+                        if mode == "warden run":
+                            command = [WARDEN, "--state-dir", str(state), "run", "--name", name, "--quiet-server",
+                                       "--", *command]
                         client, elapsed = await start(factory(), LaunchSpec(argv=command, env=env, cwd="/"),
                                                       nursery)
                         if run > 0:
+                            assert elapsed is not None, f"{label} / {mode}: an empty tool list"
                             startup[mode].append(elapsed)
-                        if run == runs and mode in ("bare", "bwrap"):
+                        if run == runs and mode != "podman":
                             latencies = []
                             for _ in range(calls):
                                 began = time.perf_counter()
@@ -183,6 +199,9 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
                                 assert "result" in answer, answer
                             per_call[mode] = latencies
                         await client.close()
+                        if mode == "warden run" and run == 0:  # a user approves once, with `warden pins review`
+                            subprocess.run([WARDEN, "--state-dir", str(state), "pins", "approve", name, "--yes",
+                                            "--accept-findings"], check=True, capture_output=True)
             bare = _median_ms(startup["bare"])
             for mode in modes:
                 median = _median_ms(startup[mode])
