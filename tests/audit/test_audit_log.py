@@ -114,6 +114,28 @@ async def test_close_publishes_a_checkpoint_covering_everything(state_dir: Path)
     assert history == [1, 6, 7, 7]  # the first batch, the explicit one, the final one; then the checkpoint file
 
 
+async def test_a_quiet_log_publishes_a_checkpoint_for_its_last_records_without_closing(state_dir: Path) -> None:
+    """Records that arrive within the checkpoint interval of the last checkpoint are covered by the next one even
+    when nothing more comes: the writer publishes it once the interval has passed, while the log stays open (a
+    warden that goes idle must not leave its last actions unsigned and unwitnessed until it exits)."""
+    import time
+
+    async with open_audit_log(state_dir, checkpoint_interval=0.3) as log:
+        for n in range(4):
+            await log.append(decision(n))  # the first batch is published; the rest come within the interval
+        key = log.verifier
+
+        def latest_size() -> int:
+            with LogReader(state_dir) as reader:
+                note = reader.latest_note()
+            return 0 if note is None else open_checkpoint(note, key)[0].size
+
+        deadline = time.monotonic() + 10  # a hang guard; the bound itself is the interval
+        while latest_size() < 5 and time.monotonic() < deadline:
+            time.sleep(0.05)  # real time: the writer thread keeps real time whatever clock trio runs on
+        assert latest_size() == 5  # audit.opened and the four decisions, signed before the log closed
+
+
 async def test_cancelled_append_leaves_the_log_usable(state_dir: Path) -> None:
     async with open_audit_log(state_dir) as log:
         with trio.move_on_after(0):

@@ -106,6 +106,9 @@ class AuditLog:
         self._records = 0
         self._batches = 0
         self._largest = 0
+        self._trailing_due: float | None = None
+        """When the writer publishes a checkpoint for records that came after the last one, if no batch does it
+        first: a log that goes quiet does not leave its last records unsigned (and unwitnessed) until it closes."""
 
     # -- public ---------------------------------------------------------------------------------------------
 
@@ -276,7 +279,25 @@ class AuditLog:
                     return batch
                 if self._stopping:
                     return None
-                self._wake.wait(max(0.0, batch.due - time.monotonic()) if batch.items else None)
+                trailing = self._trailing_due
+                if trailing is not None and not batch.items and time.monotonic() >= trailing:
+                    self._trailing_due = None
+                    return _Job(self._publish_trailing)
+                due = batch.due if batch.items else trailing
+                self._wake.wait(max(0.0, due - time.monotonic()) if due is not None else None)
+
+    def _publish_trailing(self) -> None:
+        """The checkpoint a quiet log still owes (on the writer thread). A full disk publishes it later; a failed
+        log fails the next append, as any failure of the writer does."""
+        try:
+            if self._store.unpublished:
+                self._store.publish()
+        except AuditDiskFull:
+            pass
+        except AuditLogFailed as exc:
+            token = self._token
+            assert token is not None
+            token.run_sync_soon(self._fail, exc)
 
     def _write_loop(self) -> None:
         token = self._token
@@ -291,6 +312,11 @@ class AuditLog:
                 continue
             try:
                 work.first = self._store.commit_prepared(work.items)
+                with self._wake:
+                    if not self._store.unpublished:
+                        self._trailing_due = None
+                    elif self._trailing_due is None:
+                        self._trailing_due = time.monotonic() + self._store.checkpoint_interval
             except (AuditLogFailed, AuditDiskFull) as exc:
                 work.error = exc
             except BaseException as exc:

@@ -524,6 +524,16 @@ class Store:
         return prepare_record(record, untrusted_time=record.untrusted_time or format_time(self._clock()),
                               pid=self.pid)
 
+    @property
+    def checkpoint_interval(self) -> float:
+        """The least time, in seconds, between two checkpoints this store publishes while records flow."""
+        return self._interval_ms / 1000
+
+    @property
+    def unpublished(self) -> bool:
+        """Whether records were committed that no published checkpoint covers yet."""
+        return self.size > self.published_size
+
     def commit(self, records: Sequence[Record], *, publish: bool = False) -> int:
         """Check, encode and append ``records`` (see :meth:`commit_prepared`)."""
         return self.commit_prepared([self.prepare(r) for r in records], publish=publish)
