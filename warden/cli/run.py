@@ -363,8 +363,8 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         if refusal is not None:
             raise refusal
         if len(server.argv) == 1 and is_http_url(server.argv[0]):
-            connector, manifest, client = _http_connector(server, name, ctx, {**ctx.env, **env}, http_headers, options,
-                                                  state_dir, oauth or {})
+            connector, manifest, client = _http_connector(server, name, ctx, {**ctx.env, **env}, http_headers,
+                                                          options, state_dir, oauth or {})
             guard = Guard(policy=server, store=store, manifest=launch_manifest(
                 server.argv, server.env_names.value, manifest, server.network.value.to_json()),
                 secrets=redactor.values)
