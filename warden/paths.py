@@ -131,12 +131,13 @@ def read_private_file(path: Path, max_bytes: int, *, what: str = "file") -> byte
         if exc.errno == errno.ELOOP:
             raise StateError(f"{what} {path} is a symlink; refusing it", hint="check who replaced it") from exc
         raise StateError(f"cannot open {what} {path}: {exc.strerror}") from exc
+    st = os.fstat(fd)  # checked on the descriptor: a file object cannot even be made of a directory
+    if not stat.S_ISREG(st.st_mode) or private_problem(st, mode=0o600) is not None:
+        os.close(fd)
+        raise StateError(f"{what} {path} is not a private regular file of ours (mode "
+                         f"{stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}); refusing it",
+                         hint=f"check who changed it; then chmod 600 {path}")
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(handle.fileno())
-        if not stat.S_ISREG(st.st_mode) or private_problem(st, mode=0o600) is not None:
-            raise StateError(f"{what} {path} is not a private regular file of ours (mode "
-                             f"{stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid}); refusing it",
-                             hint=f"check who changed it; then chmod 600 {path}")
         data = handle.read(max_bytes + 1)
     if len(data) > max_bytes:
         raise StateError(f"{what} {path} is larger than {max_bytes} bytes; refusing it")
