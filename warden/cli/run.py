@@ -70,6 +70,7 @@ from warden.transport.http_config import (
     is_http_url,
 )
 from warden.upstream.connection import Connection, Connector, StdioConnector, Upstream, UpstreamOptions
+from warden.upstream.eras import EraMemory
 
 if TYPE_CHECKING:  # the HTTP pieces are imported where they are used: a stdio `warden run` never loads them
     from warden.auth import AuditSink, GrantEvent, OAuthClient
@@ -470,7 +471,9 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
         background.start_soon(gateway.listen_upstream)
         if log_ is not None:
             background.start_soon(cosign_in_background, plan.state_dir)  # each new checkpoint to the witnesses
-        upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options)
+        memory = EraMemory(plan.state_dir, guard.identity) if isinstance(plan.connector, StdioConnector) else None
+        upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options,
+                            era_memory=memory)
         gateway.bind(upstream)
         await gateway.watch_pins()
         try:

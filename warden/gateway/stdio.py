@@ -86,6 +86,7 @@ class StdioHost:
                 if error is not None:
                     nursery.start_soon(self._send, error)
                 return
+            self._gateway.upstream.expect_legacy_host()  # this face has one host, and it is a legacy one
         scope = trio.CancelScope()
         self._tasks[event.key] = scope
         nursery.start_soon(self._run, event, scope)

@@ -81,6 +81,7 @@ from warden.protocol.session import (
 from warden.protocol.session import Event as SessionEvent
 from warden.secrets import Redactor
 from warden.transport.channel import MessageChannel
+from warden.upstream.eras import EraAnswer, EraMemory
 from warden.upstream.stderr import StderrTail
 
 log = logging.getLogger(__name__)
@@ -512,13 +513,16 @@ class Upstream:
         name: the server's name in logs, pins and audit records.
         connector: makes connections (a sandboxed process, an HTTP session) to one server configuration.
         known_era: the era this configuration answered before, if known (a legacy answer skips the probe).
+        era_memory: what this configuration answered in earlier runs (:mod:`warden.upstream.eras`), and where
+            what this run learns is kept.
 
     What warden declares to a legacy server in ``initialize`` is unknown until a host connects: a legacy handshake
     waits for :meth:`set_legacy_capabilities`.
     """
 
     def __init__(self, *, name: str, connector: Connector, handler: UpstreamHandler,
-                 options: UpstreamOptions | None = None, known_era: Era | None = None) -> None:
+                 options: UpstreamOptions | None = None, known_era: Era | None = None,
+                 era_memory: EraMemory | None = None) -> None:
         self.name = name
         self.connector = connector
         self.handler = handler
@@ -537,8 +541,24 @@ class Upstream:
         self._lane_started: trio.Event | None = None
         self._lane_refused = False
         self._last_reason = ""
+        self._met = False
+        """Whether a handshake has begun (the first server met): after that, a host's era is no hint any more."""
+        self._era_memory = era_memory
+        self._recalled = era_memory.recall() if era_memory is not None else None
+        self._legacy_unconfirmed = False
+        """``known_era`` is LEGACY from an earlier run's answer, not this process's: any refusal re-probes."""
+        if self._recalled == "legacy" and self.known_era is None:
+            self.known_era, self._legacy_unconfirmed = Era.LEGACY, True  # ER02
 
     # -- public -------------------------------------------------------------------------------------------------
+
+    def expect_legacy_host(self) -> None:
+        """The one host this upstream will serve (stdio ``warden run``) speaks the legacy era. A configuration
+        that an earlier run found dual-era is then met with ``initialize`` (unless it was met already): one legacy
+        process serves that host, instead of a 2026 process plus a legacy sibling started after it. A server that
+        refuses ``initialize``, or never answers it, is probed on a fresh process as if nothing were known."""
+        if self._recalled == "dual" and not self._met and self.known_era is None:
+            self.known_era, self._legacy_unconfirmed = Era.LEGACY, True
 
     def set_legacy_capabilities(self, capabilities: Mapping[str, Any]) -> None:
         """Declare what a legacy server may ask (once; later calls are ignored, a session cannot change them)."""
@@ -643,10 +663,12 @@ class Upstream:
                 except (UpstreamError, IncompatibleServer) as exc:
                     log.info("%s: modern-only server (%s): legacy hosts are translated", self.name, exc.message)
                     self._lane_refused = True
+                    self._remember(None)
                     graceful = False
                 else:
                     lane = self._lane = session
                     started.set()
+                    self._remember("dual")
                     log.info("%s: dual-era server: legacy hosts get a legacy session of their own", self.name)
                     await session.closed.wait()
                 nursery.cancel_scope.cancel()
@@ -659,6 +681,11 @@ class Upstream:
             with trio.CancelScope(shield=True):
                 await connection.stop(graceful=graceful)
                 await self.handler.on_lifecycle("ended", session.close_reason)
+
+    def _remember(self, answer: EraAnswer | None) -> None:
+        if self._era_memory is not None and answer != self._recalled:
+            self._era_memory.remember(answer)
+            self._recalled = answer
 
     # -- supervision --------------------------------------------------------------------------------------------
 
@@ -756,6 +783,7 @@ class Upstream:
             nursery.start_soon(output_closed)
 
     async def _establish(self, session: _Session) -> ServerDescription:
+        self._met = True
         cached = self.known_era
         if cached is not Era.LEGACY:
             session.era = Era.MODERN
@@ -782,6 +810,8 @@ class Upstream:
                 raise IncompatibleServer(f"{self.name}: {step.reason}")
             if isinstance(step, Modern):
                 self.known_era = Era.MODERN
+                if self._recalled == "legacy":
+                    self._remember(None)
                 discover = step.discover
                 info = discover.server_info() or {"name": self.name, "version": "unknown"}
                 log.info("%s: modern server (%s)", self.name, step.version)
@@ -790,17 +820,27 @@ class Upstream:
             assert isinstance(step, Legacy)
             log.info("%s: legacy server (%s)", self.name, step.reason)
             self.known_era = Era.LEGACY
+            if not step.fresh_process:  # an answer, not a silence: a slow start must not pin a 2026 server
+                self._remember("legacy")
             if step.fresh_process:
                 raise _Respawn
         session.era = Era.LEGACY
         await self._capabilities_known.wait()
         try:
             init = await self._handshake(session, self._legacy_capabilities or {})
-        except _ModernOnly:
+        except (IncompatibleServer, UpstreamError) as exc:
+            if self._legacy_unconfirmed:  # an earlier run's answer, not this server's now: probe it (ER17)
+                log.info("%s: %s; probing its era on a fresh process", self.name, exc.message)
+                self.known_era, self._legacy_unconfirmed = None, False
+                self._remember(None)
+                raise _Respawn from None
+            if not isinstance(exc, _ModernOnly):
+                raise
             if cached is Era.LEGACY:
                 self.known_era = None  # ER17: this build answers differently now; probe again
                 raise _Respawn from None
             raise
+        self._legacy_unconfirmed = False  # it answered: LEGACY is now what this server said
         log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
         return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
                                  init.server_info.model_dump(by_alias=True), init.instructions)
