@@ -11,7 +11,10 @@ unsandboxed launcher and the same small environment the sandbox gets (PATH, HOME
 "bwrap" runs the host configuration's own command (``npx -y PKG``, ``uvx PKG``) the way ``warden run`` does.
 "warden run" is the whole thing a host starts: a ``warden run --name N -- <the host's command>`` process, timed
 from its spawn (so warden's own start — Python, its imports, policy, audit log — is in the figure) to the first
-non-empty tool list, after the server's definitions were approved once.
+non-empty tool list, after the server's definitions were approved once. "trio relay (floor)" is what any Python
+process in the middle costs at least: ``servers/trio_relay.py`` (the floor of ``proxy_overhead.py``: start, import
+trio, copy bytes) in front of the bare program, with no sandbox, policy or audit; warden run's cost over the floor
+is warden's own, and the floor's cost over bare is the interpreter's.
 Per-call latency is measured on one warm server per mode: sequential ``tools/call`` round trips.
 
 Usage: python bench/sandbox_start.py [--runs N] [--calls N] [--no-podman] [--no-intake-table]
@@ -54,6 +57,7 @@ SERVERS: dict[str, tuple[tuple[str, ...], str, dict[str, Any]]] = {
     "python: mcp-server-time": (REFERENCE[5], "get_current_time", {"timezone": "UTC"}),
 }
 WARDEN = str(Path(sys.executable).parent / "warden")
+FLOOR = [sys.executable, str(Path(__file__).parent / "servers" / "trio_relay.py")]
 INIT = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
 
 
@@ -95,11 +99,13 @@ async def _drain(child: Child) -> None:
 
 async def start(launcher: Launcher | None, spec: LaunchSpec,
                 nursery: trio.Nursery) -> tuple[Client, float | None]:
-    """Launch ``spec`` (with ``launcher``; None: ``spec.argv`` is a whole ``warden run`` process) and read its
+    """Launch ``spec`` (with ``launcher``; None: ``spec.argv`` is a whole process, warden run or the floor relay,
+    with ``spec.env``, or the bench's own environment when that is empty) and read its
     first tool list; the seconds it took, or None when the list was empty (warden's, before approval)."""
     began = time.perf_counter()
     child: Any = await (launcher.launch(spec) if launcher is not None else
-                        trio.lowlevel.open_process(spec.argv, stdin=-1, stdout=-1, stderr=-1))
+                        trio.lowlevel.open_process(spec.argv, stdin=-1, stdout=-1, stderr=-1,
+                                                                   env=spec.env or None))
     nursery.start_soon(_drain, child)
     client = Client(child)
     answer = await client.request("initialize", INIT)
@@ -162,6 +168,7 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
     modes: dict[str, Callable[[], Launcher | None]] = {
         "bare": lambda: make_launcher(SandboxSettings(kind="none"), state_dir=state),
         "bwrap": lambda: make_launcher(SandboxSettings(), state_dir=state),
+        "trio relay (floor)": lambda: None,
         "warden run": lambda: None,
     }
     wrapper = podman_wrapper(work) if use_podman else None
@@ -178,10 +185,13 @@ async def main(runs: int, calls: int, use_podman: bool, show_intake: bool) -> No
             async with trio.open_nursery() as nursery:
                 for run in range(runs + 1):  # run 0 warms caches and is not counted
                     for mode, factory in modes.items():
-                        env = bare_env if mode == "bare" else {}
+                        direct = mode in ("bare", "trio relay (floor)")  # the store entry's program itself
+                        env = bare_env if direct else {}
                         resolved = resolve_launch(argv, state_dir=state, node=node)
                         assert resolved is not None
-                        command = list(resolved.argv if mode == "bare" else argv)
+                        command = list(resolved.argv if direct else argv)
+                        if mode == "trio relay (floor)":
+                            command = [*FLOOR, *command]
                         if mode == "warden run":
                             command = [WARDEN, "--state-dir", str(state), "run", "--name", name, "--quiet-server",
                                        "--", *command]
