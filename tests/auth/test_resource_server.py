@@ -2,13 +2,15 @@
 over real HTTP on 127.0.0.1, asymmetric algorithms only, ``aud`` = warden's resource URL, required scopes.
 
 Each bad token is refused with the right status and a ``WWW-Authenticate`` naming warden's protected resource
-metadata; a good one yields its subject as the principal. The last test runs it through ``warden run --http``."""
+metadata; a good one yields its subject as the principal. The last test runs it through ``warden run --http``:
+the subject is the principal of its audit records (``oauth:SUB``) and owns the sessions it opens."""
 
 from __future__ import annotations
 
 import base64
 import json
 import socket
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from joserfc import jwt
 from joserfc.jwk import ECKey, OctKey, RSAKey
 
 from tests.http_client.httpserver import Exchange, HttpServer
-from tests.support import RAWSERVER, write_config
+from tests.support import RAWSERVER, WARDEN, write_config
 from warden.auth import Principal, Refusal, ResourceServer, ResourceServerSettings
 from warden.auth.resource_server import REFETCH_INTERVAL
 
@@ -229,6 +231,18 @@ async def test_the_http_face_accepts_jwts_and_serves_its_metadata(issuer: Issuer
                 "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
                 headers={**headers, "authorization": f"Bearer {good}"})
             assert accepted.status_code == 200, accepted.text
+            session = {"mcp-session-id": accepted.headers["mcp-session-id"]}
+            call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo",
+                                                                                  "arguments": {"text": "hi"}}}
+            called = await http.post(resource, json=call, headers={**headers, **session,
+                                                                   "authorization": f"Bearer {good}"})
+            assert called.status_code == 200, called.text
             static = await http.post(resource, json=ping, headers=face.headers())  # the static token still works
             assert static.status_code != 401
+            other = await http.post(resource, json=call, headers={**face.headers(), **session})
+            assert other.status_code == 404  # the subject's session is not the static token's
         assert good not in "\n".join(face.stderr)
+    shown = subprocess.run([WARDEN, "audit", "show", "--json", "--event", "call.decided"], capture_output=True,
+                           text=True, timeout=60, check=True)
+    records = [json.loads(line) for line in shown.stdout.splitlines()]
+    assert [(r["target"], r.get("principal")) for r in records] == [("echo", "oauth:alice")]

@@ -178,6 +178,8 @@ def _api_activity(r: Record, raw: bytes, origin: str) -> dict[str, Any]:
         event["status_detail"] = r.outcome.value if r.outcome else "unknown"
     event["api"] = api
     event["actor"] = {"app_name": r.client or "unknown host"}
+    if r.principal is not None:  # who was authenticated (OCSF actor.user), beside what the host called itself
+        event["actor"]["user"] = {"name": r.principal, "uid": r.principal}
     if r.consent is not None:
         event["actor"]["authorizations"] = [{"decision": f"{r.decision.value if r.decision else 'allow'} "
                                                          f"({r.consent.value})"}]

@@ -280,6 +280,8 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forb
     * ``sandbox_digest``: the sandbox profile in force. ``exit_code`` / ``signal``: ``server.exited``.
     * ``violation``: what the sandbox stopped (``sandbox.violation``). ``error``: what went wrong.
     * ``client``: the host as it named itself (self-reported, untrusted).
+    * ``principal``: who the HTTP face authenticated for the request (a named token ``token:NAME``, the face's
+      own token ``token``, an OAuth subject ``oauth:SUB``, or ``anonymous`` with ``--no-auth``); absent on stdio.
     * ``package``: ``package.intake`` / ``package.updated`` (see :class:`Package`); ``previous_digest`` there is the
       tree digest of the entry being replaced.
     * ``egress``: ``egress.decided`` / ``egress.closed`` (see :class:`Egress`); ``method`` there is the proxy
@@ -291,6 +293,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forb
     server_name: Name | None = None
     server_id: Digest | None = None
     client: Name | None = None
+    principal: Name | None = None
     method: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | None = None
     target: Annotated[str, msgspec.Meta(max_length=_TARGET_MAX)] | None = None
     target_digest: Digest | None = None

@@ -506,7 +506,8 @@ def _evidence(w: _Writer, index: int, data: bytes, r: Record, v: _Verdict, reade
             args += "<br>" + w.esc(bytes(r.arguments.value).decode("utf-8", "replace"))
         items.append(("arguments", args))
     for label, value in (("request", r.request_digest), ("rule", r.rule), ("policy", r.policy_digest),
-                         ("sandbox", r.sandbox_digest), ("host", r.client), ("server id", r.server_id)):
+                         ("sandbox", r.sandbox_digest), ("host", r.client), ("principal", r.principal),
+                         ("server id", r.server_id)):
         if value:
             items.append((label, w.esc(value)))
     if r.consent is not None:

@@ -29,6 +29,7 @@ from warden.cli import policy as policy
 from warden.cli import run as run
 from warden.cli import scan as scan
 from warden.cli import secrets as secrets
+from warden.cli import tokens as tokens
 from warden.cli._common import CommandContext, _leaves, print_error, print_traceback
 from warden.errors import WardenError
 from warden.paths import resolve_state_dir
@@ -48,6 +49,7 @@ _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser
     import_.register,
     secrets.register,
     scan.register,
+    tokens.register,
 )
 
 

@@ -16,6 +16,7 @@ from warden.cli._common import CommandContext
 from warden.errors import ConfigError
 from warden.gateway.http_access import parse_bind
 from warden.gateway.http_token import load_or_create_token, read_token_file
+from warden.gateway.principals import TokenRegistry
 from warden.loopback import is_loopback
 
 if TYPE_CHECKING:
@@ -75,10 +76,15 @@ def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size
         token, token_file = read_token_file(args.token_file), args.token_file
     else:
         token, token_file = load_or_create_token(ctx.private_state_dir(), host, port)
+    tokens = None
+    if not args.no_auth:  # named tokens (`warden tokens`): a list warden cannot read is refused now, not later
+        tokens = TokenRegistry(ctx.private_state_dir())
+        tokens.tokens()
     options = HttpOptions(host=host, port=port, token=token, insecure_no_auth=args.no_auth,
                           allow_hosts=tuple(args.allow_host), allow_origins=tuple(args.allow_origin),
                           max_body_size=max_body_size, question_timeout=question_timeout,
-                          keepalive_interval=args.keepalive, resource_server=_resource_server(args, host, port))
+                          keepalive_interval=args.keepalive, resource_server=_resource_server(args, host, port),
+                          tokens=tokens)
     if not is_loopback(host):
         log.warning("serving HTTP on %s: reachable from other machines; every request needs the bearer token", host)
     return options, token_file

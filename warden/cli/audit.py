@@ -76,6 +76,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         p = verbs.add_parser(name, help=helptext, description=helptext.capitalize() + ".")
         p.add_argument("--server", help="server name, or server identity digest (prefix)")
         p.add_argument("--tool", help="tool or prompt name, or resource URI")
+        p.add_argument("--principal", help="who the HTTP face authenticated (token:NAME, token, oauth:SUB, "
+                                           "anonymous), as `warden tokens list` and the records name it")
         p.add_argument("--decision", choices=["allow", "deny"])
         p.add_argument("--event", action="append", default=[],
                        help="event type, or a prefix such as 'call.' or 'pin.' (repeatable)")
@@ -264,6 +266,8 @@ def _matcher(args: argparse.Namespace) -> Callable[[Record], bool]:
             return False
         if args.tool and r.target != args.tool:
             return False
+        if args.principal and r.principal != args.principal:
+            return False
         if args.decision and (r.decision is None or r.decision.value != args.decision):
             return False
         if args.event and not any(r.event.value == e or (e.endswith(".") and r.event.value.startswith(e))
@@ -326,7 +330,9 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
         return Text(shown if width is None else _short(shown, width))
 
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for col in ("#", "time (untrusted)", "event", "server", "host", "method", "target", "decision", "by"):
+    principals = any(r.principal is not None for _, r in rows)  # an HTTP face's records: who was authenticated
+    for col in ("#", "time (untrusted)", "event", "server", "host", *(("principal",) if principals else ()),
+                "method", "target", "decision", "by"):
         table.add_column(col, no_wrap=True)
     table.add_column("detail", overflow="fold")
     for raw, r in rows:
@@ -336,7 +342,8 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
         elif r.recovered is not None:
             detail = r.recovered.reason
         table.add_row(str(raw.index), cell(r.untrusted_time[:23].replace("T", " ")), r.event.value,
-                      cell(r.server_name or ""), cell(r.client or "", 24), cell(r.method or ""),
+                      cell(r.server_name or ""), cell(r.client or "", 24),
+                      *((cell(r.principal or "", 24),) if principals else ()), cell(r.method or ""),
                       cell(r.target or ""), r.decision.value if r.decision else "",
                       r.consent.value if r.consent else "", cell(detail))
     width = None if sys.stdout.isatty() else 200  # piped output: do not squeeze into 80 columns

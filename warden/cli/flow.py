@@ -36,8 +36,9 @@ def list_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         print("no tainted sessions")
     for s in sessions:
         client = f" ({for_terminal(s.client)})" if s.client else ""
+        principal = f" principal {for_terminal(s.principal)}" if s.principal else ""
         ended = " [host ended]" if host_session_ended(s.session) else ""
-        print(f"{s.session}{client}{ended}")
+        print(f"{s.session}{principal}{client}{ended}")
         for m in s.marks:
             print(f"  tainted by {for_terminal(m.describe())}")
     return 0

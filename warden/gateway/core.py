@@ -32,7 +32,7 @@ from warden import audit
 from warden.consent import ApprovalRequest, WebhookApprovals
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
-from warden.gateway.link import Context, HostLink, Sink, host_name
+from warden.gateway.link import Caller, Context, HostLink, Sink, host_name
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.pinwatch import watch_file
 from warden.gateway.recorder import Recorder
@@ -394,7 +394,7 @@ class Gateway:
             if level is not None and level not in LOG_LEVELS:
                 return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
             ctx = Context(Era.MODERN, version, capabilities, level, meta.get("progressToken"),
-                          client=host_name(meta.get(META_CLIENT_INFO)))
+                          caller=Caller(host_name(meta.get(META_CLIENT_INFO)), link.principal))
             self.upstream.set_legacy_capabilities({})
         elif link.legacy is not None:
             ctx = link.legacy.context(params.get("_meta", {}).get("progressToken"))
@@ -489,14 +489,14 @@ class Gateway:
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
         asker = _wire_asker(link, sink) if self._can_ask_in_band(link, ctx) else None
-        index = await self._authorize(request, params, asker, ctx.client, link.session_key)
+        index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
         screen = _screen_of(self.guard, request.method, params)
         tasks = request.method == "tools/call" and self._tasks_carried(ctx, link)
         try:
             response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params),
                                                   sink, screen, tasks=tasks, link=link)
             self._note_task(params, ctx, link, reply, index, tasks=tasks)
-            await self._tainted_by(request.method, params, link, index, ctx.client)
+            await self._tainted_by(request.method, params, link, index, ctx.caller)
         except WardenError as exc:
             self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
                                   outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
@@ -697,7 +697,7 @@ class Gateway:
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
-            index = await self._authorize(request, params, asker, ctx.client, link.session_key)
+            index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
             forwarded = strip_host_meta(self._screened_arguments(method, params))
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, _NO_SINK, tasks=tasks)
@@ -709,7 +709,7 @@ class Gateway:
                     break
                 answers = [await self._ask(link, None, "elicitation/create",
                                            question if isinstance(question, dict) else {}, ctx.capabilities,
-                                           ctx.client, asker=exchange.ask) for question in wanted]
+                                           ctx.caller, asker=exchange.ask) for question in wanted]
                 if not all(answer.ok for answer in answers):
                     break
             if screen is not None and isinstance(result, Reply) and result.ok and result.result is not None and (
@@ -718,7 +718,7 @@ class Gateway:
                 shown = Reply(result=screen(result.result))
             if isinstance(result, Reply):
                 self._note_task(params, ctx, link, result, index, tasks=tasks)
-            await self._tainted_by(method, params, link, index, ctx.client)
+            await self._tainted_by(method, params, link, index, ctx.caller)
         except WardenError as exc:
             result = exc
         finally:
@@ -761,7 +761,7 @@ class Gateway:
             if question["method"] == "elicitation/create" and isinstance(asked, dict) and \
                     asked.get("mode") == "url" and "elicitationId" not in asked:
                 asked = {**asked, "elicitationId": secrets.token_urlsafe(16)}  # PX11: a legacy host needs one
-            answer = await self._ask(link, sink, str(question["method"]), asked, ctx.capabilities, ctx.client)
+            answer = await self._ask(link, sink, str(question["method"]), asked, ctx.capabilities, ctx.caller)
             if not answer.ok:
                 raise RemoteProtocolError(f"the client could not answer the server's {question['method']}: "
                                           f"{answer.message}", jsonrpc_code=answer.code or INTERNAL_ERROR)
@@ -849,7 +849,7 @@ class Gateway:
         if request.method == "tasks/result":
             self.upstream.release_progress(task_id)
             raw = _Screen(self.guard, entry.tool)(raw)
-            await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+            await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.caller)
             self._task_ended(task_id, "completed", raw, None)
             return encode_result(request.id, raw)
         if request.method == "tasks/update" or (request.method == "tasks/cancel" and ctx.era is Era.MODERN):
@@ -868,7 +868,7 @@ class Gateway:
                 task.pop("inputRequests", None)
             if status == "completed" and isinstance(task.get("result"), dict):
                 task["result"] = decode_object(_Screen(self.guard, entry.tool)(encode_json(task["result"])))
-                await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.client)
+                await self._tainted_by("tools/call", {"name": entry.tool}, link, entry.decision_index, ctx.caller)
             raw = encode_json({"resultType": "complete", **task})  # stated to a 2026 host (LC16)
         if status != "completed" or ctx.era is Era.MODERN:  # a 2025-11-25 result comes with tasks/result
             error = task.get("error")
@@ -1024,16 +1024,16 @@ class Gateway:
         return ctx.era is Era.LEGACY and link.legacy is not None and link.legacy.host_capabilities.elicitation_form
 
     async def _tainted_by(self, method: str, params: Mapping[str, Any], link: HostLink, index: int | None,
-                          client: str | None) -> None:
+                          caller: Caller) -> None:
         """A flow source's answer is about to reach the host: the session is marked first (durably), so no sink
         can run in it before a human clears it. A mark that cannot be written fails the call (fail closed)."""
         name = params.get("name")
         if method == "tools/call" and isinstance(name, str):
-            await self.guard.mark_source(name, link.session_key, index, client)
+            await self.guard.mark_source(name, link.session_key, index, caller)
 
     async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
-                         client: str | None, session: str | None = None) -> int | None:
-        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from the host named ``client``; ask a
+                         caller: Caller, session: str | None = None) -> int | None:
+        """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from ``caller``; ask a
         human (through ``asker``, when there is a way to reach one) when the policy says so. The decision is
         recorded durably either way; an allowed request's record index is returned (its outcome is tied to it), a
         refusal is raised.
@@ -1061,7 +1061,7 @@ class Gateway:
                 return await self.recorder.decided(
                     method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
                     request=request.raw, arguments=arguments, findings=findings, confirmed=confirmed is not None,
-                    client=client, consent=via)
+                    caller=caller, consent=via)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
@@ -1081,7 +1081,7 @@ class Gateway:
                                                                     str(decision.rule), session))
                 if not verdict.approved:
                     await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
-                                                request=None, arguments=arguments, findings=findings, client=client)
+                                                request=None, arguments=arguments, findings=findings, caller=caller)
                     raise PolicyError(f"the call to {name!r} was not approved: {verdict.reason}",
                                       hint="nothing was sent to the server")
                 confirmed, via = digest, audit.Consent.WEBHOOK
@@ -1091,12 +1091,12 @@ class Gateway:
                 confirmed = self.guard.confirmed(confirmation, answer.result_dict()) if answer.ok else None
                 if confirmed is None:
                     await self.recorder.decided(method=method, target=name, decision=decision, approval=None,
-                                                request=None, arguments=arguments, findings=findings, client=client)
+                                                request=None, arguments=arguments, findings=findings, caller=caller)
                     raise PolicyError(f"the user did not confirm the call to {name!r}",
                                       hint="nothing was sent to the server")
         log.warning("%s: %s refused: %s", self._name, method, decision.reason)
         await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
-                                    arguments=arguments, findings=findings, client=client)
+                                    arguments=arguments, findings=findings, caller=caller)
         raise self.guard.refuse(decision)
 
     async def _know_lists(self, method: str) -> None:
@@ -1293,19 +1293,19 @@ class Gateway:
             entry = next(iter(links.values()))
             if entry.exchange is not None:
                 return await self._ask(entry.link, None, method, params, entry.ctx.capabilities,
-                                       entry.ctx.client, asker=entry.exchange.ask)
+                                       entry.ctx.caller, asker=entry.exchange.ask)
             if entry.link.legacy is not None:
                 return await self._ask(entry.link, entry.sink, method, params, entry.link.legacy.capabilities,
-                                       entry.link.legacy.client)
+                                       entry.link.legacy.caller)
         elif not links:
             legacy = [link for link in self._links if link.legacy is not None and link.unsolicited is not None]
             if len(legacy) == 1 and legacy[0].legacy is not None and legacy[0].unsolicited is not None:
                 return await self._ask(legacy[0], legacy[0].unsolicited, method, params,
-                                       legacy[0].legacy.capabilities, legacy[0].legacy.client)
+                                       legacy[0].legacy.capabilities, legacy[0].legacy.caller)
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
     async def _admit(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any],
-                     client: str | None) -> tuple[int | None, dict[str, Any]] | _Refused:
+                     caller: Caller) -> tuple[int | None, dict[str, Any]] | _Refused:
         """The one gate every server question passes, whichever way it reaches the host (a wire request, an
         exchange, a 2026 ``input_required`` or a task's ``inputRequests``): the policy's decision (PX01-PX04, the
         EL14 rate), its record, and the question as the host may see it. Returns the record's index and the
@@ -1315,7 +1315,7 @@ class Gateway:
             if recorded:  # not each refusal of a flood (EL14): the guard counts them into the next record
                 log.warning("%s: %s refused: %s", self._name, method, decision.reason)
                 await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
-                                            request=None, client=client)
+                                            request=None, caller=caller)
             # EL08 asks for -32602 for an undeclared elicitation mode; tools without sampling.tools is likewise a
             # bad request (SA07); a question the host cannot take at all is "method not found" to it.
             bad_params = method == "elicitation/create" or "tools" in params or "toolChoice" in params
@@ -1323,7 +1323,7 @@ class Gateway:
                                           f"refused: {decision.reason}"), str(decision.rule))
         try:
             index = await self.recorder.decided(method=method, target=method, decision=decision, approval=None,
-                                                request=encode_json(dict(params)), client=client)
+                                                request=encode_json(dict(params)), caller=caller)
         except AuditError as exc:
             return _Refused(Reply.failure(INTERNAL_ERROR, f"warden cannot record this request, so it refuses it: "
                                                           f"{exc}"), "the audit log")
@@ -1349,7 +1349,8 @@ class Gateway:
         shown: dict[str, Any] = {}
         asked: dict[bytes, dict[str, Any]] = {}
         for key, question in requests.items():
-            seen = encode_json([key, question, ctx.capabilities, ctx.client])  # PX01: what this host declared
+            seen = encode_json([key, question, ctx.capabilities, ctx.caller.client,  # PX01: what this host declared
+                                ctx.caller.principal])
             if seen not in entry.asked:
                 entry.asked[seen] = (await self._passed_questions({key: question}, ctx))[key]
             shown[key] = asked[seen] = entry.asked[seen]
@@ -1392,7 +1393,7 @@ class Gateway:
             if method not in INPUT_REQUEST_METHODS or not isinstance(asked, dict):
                 raise RemoteProtocolError("the server asks a question warden cannot carry",
                                           jsonrpc_code=INTERNAL_ERROR)
-            admitted = await self._admit(str(method), asked, ctx.capabilities, ctx.client)
+            admitted = await self._admit(str(method), asked, ctx.capabilities, ctx.caller)
             if isinstance(admitted, _Refused):
                 raise RemoteProtocolError(f"warden refused the server's {method} under {admitted.rule} "
                                           "(`warden audit show` has why)",
@@ -1401,10 +1402,10 @@ class Gateway:
         return passed
 
     async def _ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
-                   capabilities: Mapping[str, Any], client: str | None, *, asker: Asker | None = None) -> Reply:
-        """Ask a host (named ``client``) a server's question if it declared the capability (PX01–PX04) and policy
+                   capabilities: Mapping[str, Any], caller: Caller, *, asker: Asker | None = None) -> Reply:
+        """Ask a host (``caller``) a server's question if it declared the capability (PX01–PX04) and policy
         allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
-        admitted = await self._admit(method, params, capabilities, client)
+        admitted = await self._admit(method, params, capabilities, caller)
         if isinstance(admitted, _Refused):
             return admitted.reply
         index, body = admitted

@@ -33,6 +33,7 @@ from warden.consent import (
     refusal,
 )
 from warden.errors import PolicyError, StateError
+from warden.gateway.link import Caller
 from warden.gateway.shaping import routable_client_capabilities
 from warden.policy import (
     NEUTRAL,
@@ -363,7 +364,7 @@ class Guard:
             log.error("%s: %s", self.server, exc.message)
             return (TaintMark("(unreadable taint ledger)", exc.message[:200], None),)
 
-    async def mark_source(self, tool: str, session: str, index: int | None, client: str | None) -> None:
+    async def mark_source(self, tool: str, session: str, index: int | None, caller: Caller) -> None:
         """A source's answer is about to reach the host session: mark the session before it does.
 
         Raises:
@@ -375,7 +376,7 @@ class Guard:
         ledger = self._ledger(session)
         if mark in self._taint(session):
             return  # already there (a stat): no lock, no write
-        await trio.to_thread.run_sync(lambda: ledger.mark(mark, client=client))
+        await trio.to_thread.run_sync(lambda: ledger.mark(mark, client=caller.client, principal=caller.principal))
 
     def decide_prompt(self, name: str, *, channel: bool) -> Decision:
         self._fresh()

@@ -36,6 +36,7 @@ import logging
 import re
 import secrets
 import socket
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -49,9 +50,10 @@ from warden.auth import Refusal, ResourceServer
 from warden.errors import ConfigError, RemoteProtocolError
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
-from warden.gateway.http_access import AccessPolicy, bearer_matches, valid_token
+from warden.gateway.http_access import AccessPolicy, bearer_credential, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
 from warden.gateway.link import HostLink
+from warden.gateway.principals import ANONYMOUS, OWN_TOKEN, TokenRegistry, oauth_principal
 from warden.gateway.shaping import routable_client_capabilities
 from warden.loopback import is_loopback
 from warden.protocol.eras import (
@@ -102,6 +104,8 @@ _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control
 _SESSION_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 _LAST_EVENT_ID: Final = re.compile(r"([0-9]{1,12})-([0-9]{1,12})")
 _MAX_DONE_STREAMS: Final = 64
+MAX_PRINCIPAL_LINKS: Final = 4096
+"""The 2026 side keeps one link per principal (:meth:`HttpFace._modern_link`), at most this many."""
 """Finished response streams a session keeps for resumption beyond which the oldest are forgotten early."""
 _PRIMING_FROM: Final = "2025-11-25"
 """Legacy versions from which a client understands priming events (an event with an id and empty data)."""
@@ -144,6 +148,8 @@ class HttpOptions:
     question_timeout: float = 600.0
     """How long warden waits for a legacy host to answer a server's question."""
     resource_server: ResourceServer | None = None
+    tokens: TokenRegistry | None = None
+    """Named tokens (``warden tokens``) accepted besides ``token``, each its own principal."""
     redactor: Redactor = field(default_factory=Redactor)
     """The process's secrets registry, applied to every response body (see :func:`_redacting`)."""
 
@@ -187,6 +193,8 @@ class _Request:
         length = self.single(b"content-length")
         self.unread_body = bool(self.all(b"transfer-encoding")) or (length is not None and length != b"0")
         """A body was announced and not read to its end: the connection cannot carry another request."""
+        self.principal = ANONYMOUS
+        """Who the face authenticated (:mod:`warden.gateway.principals`); set at admission."""
 
     def all(self, name: bytes) -> list[bytes]:
         return [value for key, value in self.headers if key == name]
@@ -299,9 +307,9 @@ class HttpFace:
         self._sessions: dict[bytes, _Session] = {}
         self._opened = 0
         self._checked: dict[int, tuple[dict[str, Any], ToolHeaders]] = {}
-        self._modern = HostLink("http host (2026)", question_timeout=options.question_timeout)
+        self._modern: OrderedDict[str, HostLink] = OrderedDict()
+        """The 2026 side's link of each principal, most recently used last (see :meth:`_modern_link`)."""
         self._stream_bytes = 2 * options.max_body_size + (1 << 20)
-        gateway.attach(self._modern)
 
     # -- ASGI entry ---------------------------------------------------------------------------------------------
 
@@ -317,12 +325,13 @@ class HttpFace:
         request = _Request(scope)
         preflight = request.method == "OPTIONS" and bool(request.all(b"origin"))
         resource_server = self._options.resource_server
-        refusal = self._admit(request, authenticate=not preflight and resource_server is None)
-        if refusal is None and resource_server is not None and not preflight:
-            if request.path == resource_server.metadata_path and request.method == "GET":
-                await self._send_json(_closing_unless_read(send, request), 200, resource_server.metadata())
-                return
-            refusal = await self._admit_token(request, resource_server)
+        refusal = self._admit(request)
+        if refusal is None and resource_server is not None and not preflight \
+                and request.path == resource_server.metadata_path and request.method == "GET":
+            await self._send_json(_closing_unless_read(send, request), 200, resource_server.metadata())
+            return
+        if refusal is None and not preflight:
+            refusal = await self._authenticate(request)
         if refusal is not None:
             status, code, message, headers = refusal
             await self._refuse(_closing_unless_read(send, request), status, code, message, headers=headers)
@@ -359,12 +368,10 @@ class HttpFace:
                 await send({"type": "lifespan.shutdown.complete"})
                 return
 
-    def _admit(self, request: _Request, *, authenticate: bool
-               ) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
-        """SEC01/SEC02/SEC04: Host and Origin name this warden (else 403), and the bearer token is right (else 401).
-        Checked before anything is read from the body, so a refused request never reaches the gateway. A CORS
-        preflight carries no credentials (browsers never send them on one) and does nothing, so it skips the token
-        check, never the Host and Origin checks."""
+    def _admit(self, request: _Request) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
+        """SEC02/SEC04: Host and Origin name this warden (else 403). Checked before anything is read from the
+        body, and before the credential (:meth:`_authenticate`), which a CORS preflight does not carry (browsers
+        never send one on it) and does not need, since it does nothing."""
         hosts = request.all(b"host") or request.all(b":authority")
         if len(hosts) != 1 or not self._access.host_allowed(hosts[0]):
             log.warning("refused an HTTP request for Host %s: not this warden (DNS rebinding?)",
@@ -375,28 +382,56 @@ class HttpFace:
             log.warning("refused an HTTP request from Origin %s (not allowed; DNS rebinding?)",
                         _shown(origins[0] if origins else None))
             return 403, INVALID_REQUEST, "Forbidden: requests from this Origin are not allowed", []
-        token = self._options.token
-        if authenticate and token is not None and not bearer_matches(request.all(b"authorization"), token):
-            log.warning("refused an HTTP request without the right bearer token")  # never log what was sent
-            return (401, INVALID_REQUEST, "Unauthorized: send the bearer token warden printed the location of",
-                    [(b"www-authenticate", b'Bearer realm="warden"')])
         return None
 
-    async def _admit_token(self, request: _Request, resource_server: ResourceServer,
-                           ) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
-        """The static bearer token, or else a JWT the resource server accepts (401/403 with ``WWW-Authenticate``
-        naming warden's protected resource metadata)."""
-        values = request.all(b"authorization")
-        token = self._options.token
-        if token is not None and bearer_matches(values, token):
+    async def _authenticate(self, request: _Request) -> tuple[int, int, str, list[tuple[bytes, bytes]]] | None:
+        """SEC01: who sent the request, or its refusal (401, or with a resource server 401/403 with
+        ``WWW-Authenticate`` naming warden's protected resource metadata). The face's own token, then a named
+        token, then a JWT the resource server accepts; ``--no-auth`` makes every request ``anonymous``. Sets
+        ``request.principal``."""
+        options = self._options
+        if options.insecure_no_auth:
+            request.principal = ANONYMOUS
             return None
-        verdict = await resource_server.check(values)
+        values = request.all(b"authorization")
+        credential = bearer_credential(values)
+        if credential is not None:
+            if options.token is not None and hmac.compare_digest(credential, options.token.encode("ascii")):
+                request.principal = OWN_TOKEN
+                return None
+            named = options.tokens.principal_of(credential) if options.tokens is not None else None
+            if named is not None:
+                request.principal = named
+                return None
+        if options.resource_server is None:
+            log.warning("refused an HTTP request without a bearer token warden knows")  # never log what was sent
+            return (401, INVALID_REQUEST, "Unauthorized: send the bearer token warden printed the location of",
+                    [(b"www-authenticate", b'Bearer realm="warden"')])
+        verdict = await options.resource_server.check(values)
         if isinstance(verdict, Refusal):
             return verdict.status, INVALID_REQUEST, verdict.message, [
                 (b"www-authenticate", verdict.challenge.encode("ascii", "replace"))]
+        request.principal = oauth_principal(verdict.subject)
         log.info("request of %s (scopes: %s)", for_terminal(verdict.subject[:200]),
                  for_terminal(" ".join(verdict.scopes)[:200]))
         return None
+
+    def _modern_link(self, principal: str) -> HostLink:
+        """The 2026 side's link of ``principal``: its request states, questions and taint are its own. At most
+        :data:`MAX_PRINCIPAL_LINKS` are kept; past that the least recently used is let go (a request still on it
+        finishes; that principal's next request gets a new link, whose states its old ones do not match)."""
+        link = self._modern.get(principal)
+        if link is not None:
+            self._modern.move_to_end(principal)
+            return link
+        self._opened += 1  # named by number in logs, like sessions: a principal may be an OAuth subject's text
+        link = self._modern[principal] = HostLink(f"http host (2026) #{self._opened}", principal=principal,
+                                                  question_timeout=self._options.question_timeout)
+        self._gateway.attach(link)
+        while len(self._modern) > MAX_PRINCIPAL_LINKS:
+            _, old = self._modern.popitem(last=False)
+            self._gateway.detach(old)
+        return link
 
     # -- responses ----------------------------------------------------------------------------------------------
 
@@ -469,7 +504,7 @@ class HttpFace:
         if version is not None and version.decode("ascii", "replace") not in LEGACY_VERSIONS:
             await self._modern_post(request, message, receive, send)
         elif session_id:
-            session = self._find(session_id)
+            session = self._find(session_id, request.principal)
             if session is None:
                 await self._refuse(send, 404, INVALID_REQUEST,
                                    "Session not found: it ended or never existed; send initialize for a new one")
@@ -477,7 +512,7 @@ class HttpFace:
             await self._session_post(session, message, receive, send)
         elif isinstance(message, Request) and message.method == "initialize" and not isinstance(
                 _meta_version(message.params), str):
-            await self._initialize(message, receive, send)
+            await self._initialize(message, request.principal, receive, send)
         else:
             await self._modern_post(request, message, receive, send)
 
@@ -522,7 +557,7 @@ class HttpFace:
                    or meta.get(META_LOG_LEVEL) is not None)
         stream = EventLog(None, max_bytes=self._stream_bytes)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._run, message, self._modern, stream, None)
+            nursery.start_soon(self._run, message, self._modern_link(request.principal), stream, None)
             nursery.start_soon(self._cancel_on_disconnect, receive, nursery.cancel_scope)
             await self._write(send, stream, sse=upfront, modern=True, position=0, priming=False)
             nursery.cancel_scope.cancel()
@@ -638,13 +673,17 @@ class HttpFace:
 
     # -- legacy sessions ----------------------------------------------------------------------------------------
 
-    def _find(self, values: list[bytes]) -> _Session | None:
-        """The session a request names, or None. Looked up by a digest of the id, then compared in constant time:
-        neither step leaks, through timing, how much of a guessed id was right."""
+    def _find(self, values: list[bytes], principal: str) -> _Session | None:
+        """The session a request of ``principal`` names, or None. Looked up by a digest of the id, then compared
+        in constant time: neither step leaks, through timing, how much of a guessed id was right. A session is
+        its opener's: another principal holding its id is told it does not exist."""
         if len(values) != 1 or _SESSION_ID.fullmatch(values[0]) is None:
             return None
         session = self._sessions.get(hashlib.sha256(values[0]).digest())
         if session is None or not hmac.compare_digest(session.id.encode("ascii"), values[0]):
+            return None
+        if session.link.principal != principal:
+            log.warning("refused %s to another principal than its own", session.link.name)
             return None
         now = trio.current_time()
         session.last_seen = now
@@ -663,7 +702,7 @@ class HttpFace:
         session.end()
         self._gateway.detach(session.link)
 
-    async def _initialize(self, message: Request, receive: _Receive, send: _Send) -> None:
+    async def _initialize(self, message: Request, principal: str, receive: _Receive, send: _Send) -> None:
         self._sweep()
         if len(self._sessions) >= self._options.max_sessions:
             await self._refuse(send, 503, INVALID_REQUEST,
@@ -673,7 +712,7 @@ class HttpFace:
         session_id = secrets.token_urlsafe(32)
         key = hashlib.sha256(session_id.encode("ascii")).digest()
         self._opened += 1  # sessions are named by number in logs: the id itself is a secret
-        session = _Session(session_id, HostLink(f"http session #{self._opened}",
+        session = _Session(session_id, HostLink(f"http session #{self._opened}", principal=principal,
                                                 question_timeout=self._options.question_timeout),
                            trio.current_time())
         try:
@@ -774,7 +813,7 @@ class HttpFace:
                                "Method Not Allowed: without a session (2026-07-28 has none) only POST is served",
                                headers=[(b"allow", b"POST")])
             return None
-        session = self._find(session_id)
+        session = self._find(session_id, request.principal)
         if session is None:
             await self._refuse(send, 404, INVALID_REQUEST,
                                "Session not found: it ended or never existed; send initialize for a new one")

@@ -26,6 +26,7 @@ __all__ = [
     "LOOPBACK_NAMES",
     "MIN_TOKEN_LENGTH",
     "AccessPolicy",
+    "bearer_credential",
     "bearer_matches",
     "parse_bind",
     "valid_token",
@@ -88,19 +89,24 @@ def valid_token(token: str) -> bool:
     return len(token) >= MIN_TOKEN_LENGTH and _TOKEN68.fullmatch(token) is not None
 
 
-def bearer_matches(values: Iterable[bytes], token: str) -> bool:
-    """True when exactly one ``Authorization`` value was sent and it is ``Bearer <token>``.
-
-    The scheme is case-insensitive (RFC 9110); the credential is compared with :func:`hmac.compare_digest`, so
-    the comparison takes the same time wherever a guess first differs.
-    """
+def bearer_credential(values: Iterable[bytes]) -> bytes | None:
+    """The credential of ``Authorization: Bearer <credential>`` when exactly one ``Authorization`` value was sent
+    (the scheme is case-insensitive, RFC 9110), else None."""
     sent = list(values)
     if len(sent) != 1:
-        return False
+        return None
     scheme, _, credential = sent[0].strip().partition(b" ")
-    if scheme.lower() != b"bearer":
-        return False
-    return hmac.compare_digest(credential.strip(), token.encode("ascii"))
+    if scheme.lower() != b"bearer" or not credential.strip():
+        return None
+    return credential.strip()
+
+
+def bearer_matches(values: Iterable[bytes], token: str) -> bool:
+    """True when exactly one ``Authorization`` value was sent and it is ``Bearer <token>``. The credential is
+    compared with :func:`hmac.compare_digest`, so the comparison takes the same time wherever a guess first
+    differs."""
+    credential = bearer_credential(values)
+    return credential is not None and hmac.compare_digest(credential, token.encode("ascii"))
 
 
 @final

@@ -18,7 +18,7 @@ from typing import Any, Protocol, final
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.policy import HostCapabilities
+from warden.policy import HostCapabilities, principal_session
 from warden.protocol.eras import Era, negotiate_legacy
 from warden.protocol.messages import INVALID_REQUEST, REQUEST_TIMEOUT
 from warden.protocol.session import Answered, Dropped, Reply, Session, string_ids
@@ -52,6 +52,17 @@ def host_name(client_info: Any) -> str | None:
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who sent a request, as its records name it: ``client``, the host as it named itself (self-reported,
+    untrusted), and ``principal``, who the HTTP face authenticated (:mod:`warden.gateway.principals`; None on
+    stdio, whose one host is the local user's own process)."""
+
+    client: str | None = None
+    principal: str | None = None
+
+
+@final
 @dataclass(slots=True)
 class LegacyHost:
     """What a legacy host settled in ``initialize``: it holds for the whole session, so what requests derive from
@@ -59,7 +70,7 @@ class LegacyHost:
 
     version: str
     capabilities: dict[str, Any]
-    client: str | None
+    caller: Caller
     log_level: str | None = None
     initialized: bool = False
     host_capabilities: HostCapabilities = field(init=False)
@@ -73,7 +84,7 @@ class LegacyHost:
         cached = self._context
         if cached is None or cached.log_level != self.log_level:
             cached = self._context = Context(Era.LEGACY, self.version, self.capabilities, self.log_level,
-                                             client=self.client)
+                                             caller=self.caller)
         return cached if progress_token is None else dataclasses.replace(cached, progress_token=progress_token)
 
 
@@ -90,8 +101,8 @@ class Context:
     upstream: Era = Era.MODERN
     """The era of the server session this request travels on (a legacy host may get a dual-era server's legacy
     session; then nothing needs translating)."""
-    client: str | None = None
-    """The host as it named itself (:func:`host_name`), recorded with each decision; self-reported."""
+    caller: Caller = Caller()
+    """Who sent it (:class:`Caller`), recorded with each decision."""
 
 
 @final
@@ -111,10 +122,14 @@ class HostLink:
     the stdio channel, or an HTTP GET stream while one is open.
     """
 
-    def __init__(self, name: str, *, question_timeout: float = 600.0) -> None:
+    def __init__(self, name: str, *, principal: str | None = None, question_timeout: float = 600.0) -> None:
         self.name = name
+        self.principal = principal
+        """Who the HTTP face authenticated for every request on this link (a link never serves two)."""
         self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
-        self.session_key = f"link-{self.id}"  # the host session flow taint is kept for (stdio: the host process)
+        self.session_key = f"link-{self.id}" if principal is None else principal_session(principal)
+        """The host session flow taint is kept for: over HTTP the principal's (every session and request of one
+        principal shares it, and it outlives a warden restart), on stdio the host process's (set by the face)."""
         self.legacy: LegacyHost | None = None
         self.unsolicited: Sink | None = None
         self.session: Session[_Question] = Session(ids=string_ids, request_timeout=question_timeout,
@@ -167,4 +182,4 @@ class HostLink:
         capabilities = params.get("capabilities")
         self.legacy = LegacyHost(negotiate_legacy(params.get("protocolVersion")),
                                  capabilities if isinstance(capabilities, dict) else {},
-                                 host_name(params.get("clientInfo")))
+                                 Caller(host_name(params.get("clientInfo")), self.principal))

@@ -18,6 +18,7 @@ import trio
 
 from warden import audit
 from warden.errors import AuditError
+from warden.gateway.link import Caller
 from warden.policy import ContentFinding, Decision, Detection, Effect, PinEntry
 
 log = logging.getLogger(__name__)
@@ -106,10 +107,10 @@ class Recorder:
     # -- decisions and outcomes ---------------------------------------------------------------------------------
 
     async def decided(self, *, method: str, target: str, decision: Decision, approval: PinEntry | None,
-                      request: bytes | None, client: str | None, arguments: Mapping[str, Any] | None = None,
+                      request: bytes | None, caller: Caller, arguments: Mapping[str, Any] | None = None,
                       confirmed: bool = False, findings: Sequence[ContentFinding] = (),
                       consent: audit.Consent | None = None) -> int | None:
-        """Record a decision on a request of the host named ``client``; returns the record's index (to tie the
+        """Record a decision on a request of ``caller``; returns the record's index (to tie the
         outcome to it). ``consent``: how a human confirmed it, when not in-band (the approval webhook).
         ``findings``: what the content rules found in the arguments: recorded by digest, and their values are kept
         out of the recorded arguments at every detail level.
@@ -131,7 +132,8 @@ class Recorder:
             else:
                 consent = audit.Consent.POLICY
         record = self._record(
-            audit.Event.CALL_DECIDED, client=client, method=method, target=audit.bounded_text(target, _TARGET_MAX),
+            audit.Event.CALL_DECIDED, client=caller.client, principal=caller.principal, method=method,
+            target=audit.bounded_text(target, _TARGET_MAX),
             target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
             rule=audit.bounded_text(str(decision.rule), _RULE_MAX),
             decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,

@@ -78,6 +78,7 @@ from warden.policy._taint import (
     clear_session,
     host_process_session,
     host_session_ended,
+    principal_session,
     tainted_sessions,
 )
 from warden.policy._values import (
@@ -155,6 +156,7 @@ __all__ = [
     "load_policy_bytes",
     "load_policy_file",
     "parse_rate",
+    "principal_session",
     "qualified_name",
     "references",
     "render_visible",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -28,7 +29,7 @@ from warden.paths import ensure_private_dir, read_private_file
 from warden.policy._flow import TaintMark
 
 __all__ = ["MAX_MARKS", "TaintLedger", "TaintedSession", "check_session_key", "clear_session", "flow_dir",
-           "host_process_session", "host_session_ended", "tainted_sessions"]
+           "host_process_session", "host_session_ended", "principal_session", "tainted_sessions"]
 
 _SESSION: Final = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
 MAX_MARKS: Final = 64
@@ -51,6 +52,14 @@ def host_process_session(pid: int) -> str | None:
     except (OSError, ValueError, IndexError):
         return None
     return check_session_key(f"host-{boot}-{pid}-{start}")
+
+
+def principal_session(principal: str) -> str:
+    """The session key of a principal the HTTP face authenticated: every session and request of that principal
+    shares one taint (it is who was authenticated, not a connection), which outlives a warden restart like a
+    stdio host's does; two principals never share one. A digest, since a principal (an OAuth subject) may hold
+    anything."""
+    return check_session_key("principal-" + hashlib.sha256(principal.encode("utf-8", "replace")).hexdigest()[:32])
 
 
 def host_session_ended(session: str) -> bool:
@@ -121,8 +130,9 @@ class TaintLedger:
             self._seen = key
         return self._marks
 
-    def mark(self, mark: TaintMark, *, client: str | None = None) -> None:
-        """Add ``mark`` (a source's content reached this session). Durable when it returns.
+    def mark(self, mark: TaintMark, *, client: str | None = None, principal: str | None = None) -> None:
+        """Add ``mark`` (a source's content reached this session, whose host is ``client``, authenticated as
+        ``principal``). Durable when it returns.
 
         Raises:
             StateError: the ledger could not be written (the caller refuses sinks from now on).
@@ -132,7 +142,7 @@ class TaintLedger:
             current = self.marks()
             if mark in current or len(current) >= MAX_MARKS:
                 return
-            doc: dict[str, Any] = {"session": self.session, "client": client,
+            doc: dict[str, Any] = {"session": self.session, "client": client, "principal": principal,
                                    "marks": [{"server": m.server, "tool": m.tool, "index": m.index}
                                              for m in (*current, mark)]}
             fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -160,6 +170,7 @@ class TaintedSession:
     session: str
     client: str | None
     marks: tuple[TaintMark, ...]
+    principal: str | None = None
 
 
 def tainted_sessions(state_dir: Path) -> list[TaintedSession]:
@@ -173,8 +184,10 @@ def tainted_sessions(state_dir: Path) -> list[TaintedSession]:
         if raw is None:
             continue
         marks = _parse(raw, path)  # StateError, naming the file, for anything unreadable
-        client = json.loads(raw).get("client")
-        out.append(TaintedSession(path.stem, client if isinstance(client, str) else None, marks))
+        doc = json.loads(raw)
+        client, principal = doc.get("client"), doc.get("principal")
+        out.append(TaintedSession(path.stem, client if isinstance(client, str) else None, marks,
+                                  principal if isinstance(principal, str) else None))
     return out
 
 

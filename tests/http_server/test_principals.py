@@ -1,0 +1,148 @@
+"""Principals on the HTTP face (issue 14 item 4, issue 17's "per principal over HTTP"): named tokens kept as
+digests and revoked at once; every record names who was authenticated; and what warden keeps for a host — flow
+taint, a request state, a legacy session — belongs to one principal, which another cannot see or use."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.http_server.test_face import FIXTURE, recording
+from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
+from tests.policy.test_flow_through_warden import FLOW, FLOW_SERVER
+from tests.support import WARDEN, write_config
+
+
+def warden(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([WARDEN, *args], capture_output=True, text=True, timeout=60)
+
+
+def add_token(name: str) -> str:
+    made = warden("tokens", "add", name)
+    assert made.returncode == 0, made.stderr
+    assert f"its requests are token:{name}" in made.stderr
+    return made.stdout.strip()
+
+
+def decided(*extra: str) -> list[dict[str, Any]]:
+    out = warden("audit", "show", "--json", "--event", "call.decided", *extra)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+
+
+def as_(w: WardenHttp, token: str, **extra: str) -> dict[str, str]:
+    return {**w.headers(**extra), "authorization": f"Bearer {token}"}
+
+
+async def modern(w: WardenHttp, token: str, id_: int, method: str, params: dict[str, Any],
+                 meta: dict[str, Any] | None = None) -> Any:
+    body = {"_meta": meta or {"io.modelcontextprotocol/protocolVersion": MODERN,
+                              "io.modelcontextprotocol/clientCapabilities": {}}, **params}
+    headers = as_(w, token, mcp_protocol_version=MODERN, mcp_method=method)
+    if "name" in params:
+        headers["mcp-name"] = params["name"]
+    return await w.post({"jsonrpc": "2.0", "id": id_, "method": method, "params": body}, headers)
+
+
+async def test_named_tokens_are_principals_kept_as_digests_and_a_revoked_one_is_refused_at_once(
+        tmp_path: Path) -> None:
+    alice, bob = add_token("alice"), add_token("bob")
+    stored = Path(os.environ["WARDEN_STATE_DIR"]) / "http" / "tokens.json"
+    assert stored.stat().st_mode & 0o777 == 0o600
+    assert alice not in stored.read_text()
+    assert bob not in stored.read_text()
+    assert warden("tokens", "add", "alice").returncode != 0  # a name is one token
+    for bad in ("Alice", "token:x", "a b", "", "_x", "x" * 65):
+        refused = warden("tokens", "add", bad)
+        assert refused.returncode != 0
+        assert "is not a token name" in refused.stderr
+    listed = warden("tokens", "list").stdout
+    assert "token:alice" in listed
+    assert "token:bob" in listed
+    assert alice not in listed
+
+    async with warden_http(FIXTURE, cwd=tmp_path) as w:
+        for token in (alice, bob, w.token):
+            assert token is not None
+            answer = await modern(w, token, 1, "tools/call", {"name": "test_simple_text", "arguments": {}})
+            assert answer.status_code == 200, answer.text
+            assert "error" not in answer.json(), answer.text
+        assert [r.get("principal") for r in decided()] == ["token:alice", "token:bob", "token"]
+        assert [r["principal"] for r in decided("--principal", "token:bob")] == ["token:bob"]
+
+        revoked = warden("tokens", "revoke", "bob")
+        assert revoked.returncode == 0, revoked.stderr
+        late = await modern(w, bob, 2, "tools/list", {})
+        assert late.status_code == 401
+        assert (await modern(w, alice, 3, "tools/list", {})).status_code == 200
+    assert warden("tokens", "revoke", "bob").returncode != 0
+    assert bob not in "\n".join(w.stderr)
+    assert alice not in "\n".join(w.stderr)
+
+
+async def test_a_legacy_session_is_its_openers_alone(tmp_path: Path) -> None:
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http(FIXTURE, cwd=tmp_path) as w:
+        opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            as_(w, alice))
+        assert opened.status_code == 200, opened.text
+        session = opened.headers["mcp-session-id"]
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        stolen = await w.post(listing, as_(w, bob, mcp_session_id=session))
+        assert stolen.status_code == 404  # not "forbidden": another principal learns nothing of the session
+        assert (await w.client.get(w.url, headers=as_(w, bob, mcp_session_id=session))).status_code == 404
+        assert (await w.client.delete(w.url, headers=as_(w, bob, mcp_session_id=session))).status_code == 404
+        own = await w.post(listing, as_(w, alice, mcp_session_id=session))
+        assert own.status_code == 200, own.text
+
+
+async def test_SEC08_a_request_state_is_bound_to_the_principal_it_was_issued_to(tmp_path: Path) -> None:
+    alice, bob = add_token("alice"), add_token("bob")
+    meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+            "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+    async with warden_http(recording(tmp_path / "upstream.log"), cwd=tmp_path) as w:
+        first = await modern(w, alice, 1, "tools/call", {"name": "ask", "arguments": {"message": "who?"}}, meta)
+        result = first.json()["result"]
+        assert result["resultType"] == "input_required", first.text
+        (key, _), = result["inputRequests"].items()
+        retry = {"name": "ask", "arguments": {"message": "who?"}, "requestState": result["requestState"],
+                 "inputResponses": {key: {"action": "accept", "content": {"answer": "Mallory"}}}}
+        replayed = await modern(w, bob, 2, "tools/call", retry, meta)
+        assert "error" in replayed.json(), replayed.text
+        done = await modern(w, alice, 3, "tools/call",
+                            {**retry, "inputResponses": {key: {"action": "accept", "content": {"answer": "Grace"}}}},
+                            meta)
+        assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}', done.text
+
+
+async def test_flow_taint_is_per_principal_over_http(tmp_path: Path) -> None:
+    """One principal's fetched page taints its own sessions — 2026 requests and legacy sessions alike — and not
+    another principal's; ``warden flow list`` names whose taint it is."""
+    write_config(tmp_path, extra=FLOW)
+    alice, bob = add_token("alice"), add_token("bob")
+    sent = tmp_path / "sent.jsonl"
+    async with warden_http([*FLOW_SERVER, "--log", str(sent)], "--name", "flow", cwd=tmp_path) as w:
+        assert (await modern(w, alice, 1, "tools/list", {})).status_code == 200
+        page = await modern(w, alice, 2, "tools/call", {"name": "fetch", "arguments": {"url": "https://e.x/"}})
+        assert "result" in page.json(), page.text
+        email = {"name": "send_email", "arguments": {"to": "a@example.com", "body": "x"}}
+        refused = await modern(w, alice, 3, "tools/call", email)
+        assert "flow/fetch (audit record #" in refused.json()["error"]["message"], refused.text
+        opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            as_(w, alice))
+        session = opened.headers["mcp-session-id"]
+        legacy = await w.post({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": email},
+                              as_(w, alice, mcp_session_id=session))
+        assert "flow/fetch" in legacy.json()["error"]["message"], legacy.text
+        assert not sent.exists()
+        allowed = await modern(w, bob, 5, "tools/call", email)
+        assert "result" in allowed.json(), allowed.text
+        assert len(sent.read_text().splitlines()) == 1
+    listed = warden("flow", "list").stdout
+    assert "principal token:alice" in listed
+    assert "token:bob" not in listed
