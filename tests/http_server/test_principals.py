@@ -42,8 +42,9 @@ async def modern(w: WardenHttp, token: str, id_: int, method: str, params: dict[
     body = {"_meta": meta or {"io.modelcontextprotocol/protocolVersion": MODERN,
                               "io.modelcontextprotocol/clientCapabilities": {}}, **params}
     headers = as_(w, token, mcp_protocol_version=MODERN, mcp_method=method)
-    if "name" in params:
-        headers["mcp-name"] = params["name"]
+    for key in ("name", "taskId"):  # what Mcp-Name mirrors for a call, and for a task request
+        if key in params:
+            headers["mcp-name"] = params[key]
     return await w.post({"jsonrpc": "2.0", "id": id_, "method": method, "params": body}, headers)
 
 
@@ -146,3 +147,23 @@ async def test_flow_taint_is_per_principal_over_http(tmp_path: Path) -> None:
     listed = warden("flow", "list").stdout
     assert "principal token:alice" in listed
     assert "token:bob" not in listed
+
+
+async def test_a_task_is_its_creators_and_another_principal_is_told_it_does_not_exist(tmp_path: Path) -> None:
+    """The task server serves every task to whoever asks (it cannot tell hosts apart): warden must. A task
+    alice's call created is refused to bob for ``tasks/get`` and ``tasks/cancel``, before anything is forwarded,
+    and still alice's to poll to its end."""
+    from tests.proxy.test_tasks import TASK_SERVER, meta
+
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http(TASK_SERVER, "--name", "tasks", cwd=tmp_path) as w:
+        assert (await modern(w, alice, 1, "tools/list", {}, meta())).status_code == 200
+        created = await modern(w, alice, 2, "tools/call",
+                               {"name": "slow_compute", "arguments": {"seconds": 0.5, "label": "a"}}, meta())
+        task = created.json()["result"]
+        assert task["resultType"] == "task", created.text
+        for method in ("tasks/get", "tasks/cancel"):
+            stolen = await modern(w, bob, 3, method, {"taskId": task["taskId"]}, meta())
+            assert "unknown task" in stolen.json()["error"]["message"], stolen.text
+        own = await modern(w, alice, 4, "tasks/get", {"taskId": task["taskId"]}, meta())
+        assert own.json()["result"]["status"] in ("working", "completed"), own.text
