@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+
 from tests.http_server.test_face import FIXTURE, recording
 from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
 from tests.policy.test_flow_through_warden import FLOW, FLOW_SERVER
@@ -71,7 +73,11 @@ async def test_named_tokens_are_principals_kept_as_digests_and_a_revoked_one_is_
             answer = await modern(w, token, 1, "tools/call", {"name": "test_simple_text", "arguments": {}})
             assert answer.status_code == 200, answer.text
             assert "error" not in answer.json(), answer.text
-        assert [r.get("principal") for r in decided()] == ["token:alice", "token:bob", "token"]
+        records = decided()
+        assert [r.get("principal") for r in records] == ["token:alice", "token:bob", "token"]
+        schema = json.loads((Path(__file__).parents[2] / "audit" / "record.schema.json").read_text())
+        for record in records:
+            jsonschema.Draft202012Validator(schema).validate(record)  # what audit/FORMAT.md promises
         assert [r["principal"] for r in decided("--principal", "token:bob")] == ["token:bob"]
 
         revoked = warden("tokens", "revoke", "bob")
