@@ -50,7 +50,7 @@ from warden.auth import Refusal, ResourceServer
 from warden.errors import ConfigError, RemoteProtocolError
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
-from warden.gateway.http_access import AccessPolicy, bearer_credential, valid_token
+from warden.gateway.http_access import AccessPolicy, bearer_credential, bearer_matches, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
 from warden.gateway.link import HostLink
 from warden.gateway.principals import ANONYMOUS, OWN_TOKEN, TokenRegistry, oauth_principal
@@ -104,9 +104,9 @@ _SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control
 _SESSION_ID: Final = re.compile(rb"[\x21-\x7e]{1,128}")
 _LAST_EVENT_ID: Final = re.compile(r"([0-9]{1,12})-([0-9]{1,12})")
 _MAX_DONE_STREAMS: Final = 64
+"""Finished response streams a session keeps for resumption beyond which the oldest are forgotten early."""
 MAX_PRINCIPAL_LINKS: Final = 4096
 """The 2026 side keeps one link per principal (:meth:`HttpFace._modern_link`), at most this many."""
-"""Finished response streams a session keeps for resumption beyond which the oldest are forgotten early."""
 _PRIMING_FROM: Final = "2025-11-25"
 """Legacy versions from which a client understands priming events (an event with an id and empty data)."""
 
@@ -394,15 +394,16 @@ class HttpFace:
             request.principal = ANONYMOUS
             return None
         values = request.all(b"authorization")
+        if options.token is not None and bearer_matches(values, options.token):
+            request.principal = OWN_TOKEN
+            return None
         credential = bearer_credential(values)
-        if credential is not None:
-            if options.token is not None and hmac.compare_digest(credential, options.token.encode("ascii")):
-                request.principal = OWN_TOKEN
-                return None
-            named = options.tokens.principal_of(credential) if options.tokens is not None else None
-            if named is not None:
-                request.principal = named
-                return None
+        named = None
+        if credential is not None and options.tokens is not None:
+            named = options.tokens.principal_of(credential)
+        if named is not None:
+            request.principal = named
+            return None
         if options.resource_server is None:
             log.warning("refused an HTTP request without a bearer token warden knows")  # never log what was sent
             return (401, INVALID_REQUEST, "Unauthorized: send the bearer token warden printed the location of",
