@@ -61,6 +61,18 @@ def held_uid_slots() -> list[str]:
     return held
 
 
+def write_state_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Put ``data`` at ``path`` as another process could have (replacing what is there), with exactly ``mode``:
+    for the tests of what warden makes of a state file it did not write."""
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    os.chmod(path, mode)  # past the umask
+
+
 def sandbox_readable(path: Path) -> Path:
     """Open ``path`` (a test's own tree) for reading by the sandbox's unprivileged uid."""
     for root, _dirs, files in os.walk(path):

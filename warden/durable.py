@@ -1,4 +1,4 @@
-"""Durable private files: full writes, atomic replace, exclusive create.
+"""Durable private files: full writes, atomic replace, exclusive create, and the lock a read-modify-write holds.
 
 Every file is opened ``O_CLOEXEC | O_NOFOLLOW`` (a sandboxed child must never inherit one, and a planted symlink
 is never followed) and created 0600. Atomic replace is the Tessera/PostgreSQL sequence: write a temporary file,
@@ -9,11 +9,15 @@ file, never a mix. The audit log, the pin store and the HTTP token all write thr
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
-__all__ = ["fsync_directory", "pwrite_all", "replace_file", "write_new_file"]
+from warden.errors import StateError
+
+__all__ = ["exclusive_lock", "fsync_directory", "pwrite_all", "replace_file", "replace_path", "write_new_file"]
 
 _CREATE: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
@@ -55,6 +59,38 @@ def replace_file(dir_fd: int, name: str, data: bytes) -> None:
         os.close(fd)
     os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     os.fsync(dir_fd)
+
+
+def replace_path(path: Path, data: bytes) -> None:
+    """:func:`replace_file` for ``path`` (its directory opened for the call): the same lock rule applies.
+
+    Raises:
+        OSError: the write failed; the old file, if any, is intact.
+    """
+    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        replace_file(dir_fd, path.name, data)
+    finally:
+        os.close(dir_fd)
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on the lock file ``path`` (created 0600, never through a symlink) for a
+    read-modify-write of the state beside it; closing the descriptor releases it, even if the holder dies.
+
+    Raises:
+        StateError: the lock file cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        raise StateError(f"cannot open {path}: {exc.strerror}") from exc
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def write_new_file(path: Path, data: bytes) -> None:

@@ -5,13 +5,13 @@ OAuth subject of any length or content becomes a principal a record can hold, di
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import write_state_file
 from warden.errors import ConfigError, StateError
 from warden.gateway.principals import NamedToken, TokenRegistry, check_name, oauth_principal
 
@@ -30,12 +30,7 @@ def state(tmp_path: Path) -> Path:
 
 def _write(directory: Path, data: bytes, mode: int = 0o600) -> None:
     (directory / "http").mkdir(mode=0o700, exist_ok=True)
-    path = directory / "http" / "tokens.json"
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    os.write(fd, data)
-    os.close(fd)
-    os.chmod(path, mode)
+    write_state_file(directory / "http" / "tokens.json", data, mode)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -4,13 +4,13 @@ never yields anything but a known answer, and a file that is not private, or not
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.support import write_state_file
 from warden.upstream.eras import MAX_ENTRIES, EraMemory
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
@@ -19,12 +19,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.text(m
 
 
 def _write(directory: Path, data: bytes, mode: int = 0o600) -> None:
-    path = directory / "eras.json"
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    os.write(fd, data)
-    os.close(fd)
-    os.chmod(path, mode)
+    write_state_file(directory / "eras.json", data, mode)
 
 
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -52,7 +52,7 @@ from warden.audit._note import (
 )
 from warden.audit._store import AUDIT_DIR
 from warden.audit._verify import CheckpointSource, VerifiedLog
-from warden.durable import pwrite_all, replace_file
+from warden.durable import pwrite_all, replace_path
 from warden.errors import AuditError, ConfigError, StateError, VerificationError, WardenError
 from warden.paths import ensure_private_dir
 
@@ -257,11 +257,7 @@ def save_witnesses(state_dir: Path, witnesses: Sequence[Witness]) -> None:
     ensure_private_dir(state_dir)
     doc = {"format": _WITNESSES_FORMAT,
            "witnesses": [{"name": w.name, "url": w.url, "vkey": w.vkey} for w in witnesses]}
-    dir_fd = os.open(state_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        replace_file(dir_fd, WITNESSES_FILE, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
-    finally:
-        os.close(dir_fd)
+    replace_path(state_dir / WITNESSES_FILE, (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
 
 
 # -- what was cosigned -------------------------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import hashlib
 import hmac
 import json
@@ -35,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, final
 
-from warden.durable import replace_file
+from warden.durable import exclusive_lock, replace_path
 from warden.errors import ConfigError, StateError
 from warden.paths import ensure_private_dir, read_private_file
 
@@ -188,25 +187,18 @@ class TokenRegistry:
 
     def _write(self, tokens: tuple[NamedToken, ...]) -> None:
         doc = {"tokens": [{"name": t.name, "created": t.created, "sha256": t.digest} for t in tokens]}
-        fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
-            replace_file(fd, self.path.name, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
+            replace_path(self.path, json.dumps(doc, indent=1, sort_keys=True).encode() + b"\n")
         except OSError as exc:
             raise StateError(f"cannot write the token list {self.path}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
         self._seen = None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         ensure_private_dir(self.dir.parent)
         ensure_private_dir(self.dir)
-        fd = os.open(self.dir / ".tokens.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(self.dir / ".tokens.lock"):
             yield
-        finally:
-            os.close(fd)
 
 
 def _parse(raw: bytes, path: Path) -> tuple[NamedToken, ...]:

@@ -32,7 +32,6 @@ Threat reasoning (DESIGN invariants 5 and 11):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -45,7 +44,7 @@ from typing import final
 
 import msgspec
 
-from warden.durable import replace_file
+from warden.durable import exclusive_lock, replace_path
 from warden.errors import IntakeError, StateError
 from warden.intake._spec import PackageRequest
 from warden.paths import ensure_private_dir, store_dir
@@ -186,12 +185,8 @@ class Store:
         ensure_private_dir(self.state_dir)
         self.root.mkdir(mode=0o755, exist_ok=True)
         name = ".lock" if request is None else f".lock-{hashlib.sha256(request.key.encode()).hexdigest()[:32]}"
-        fd = os.open(self.root / name, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with exclusive_lock(self.root / name):
             yield
-        finally:
-            os.close(fd)
 
     def _read_json(self, path: Path) -> object:
         try:
@@ -245,19 +240,11 @@ class Store:
         records = self.root / "records"
         records.mkdir(mode=0o755, exist_ok=True)
         data = json.dumps(msgspec.to_builtins(record), sort_keys=True, indent=1).encode()
-        fd = os.open(records, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            replace_file(fd, f"{record.id}.json", data)
-        finally:
-            os.close(fd)
+        replace_path(records / f"{record.id}.json", data)
         index = self.index()
         index[record.requested] = record.id
         index.update(keys or {})
-        fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            replace_file(fd, "index.json", json.dumps(index, sort_keys=True, indent=1).encode())
-        finally:
-            os.close(fd)
+        replace_path(self.root / "index.json", json.dumps(index, sort_keys=True, indent=1).encode())
 
     def discard(self, path: Path) -> None:
         """Remove an uncommitted entry directory (a failed intake leaves nothing behind)."""

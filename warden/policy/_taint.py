@@ -12,18 +12,15 @@ must not become allowed because the machine crashed between a source and the sin
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, final
 
-from warden.durable import replace_file
+from warden.durable import exclusive_lock, replace_path
 from warden.errors import StateError
 from warden.paths import ensure_private_dir, read_private_file
 from warden.policy._flow import TaintMark
@@ -138,31 +135,18 @@ class TaintLedger:
             StateError: the ledger could not be written (the caller refuses sinks from now on).
         """
         ensure_private_dir(self.dir)
-        with self._locked():
+        with exclusive_lock(self.dir / ".lock"):
             current = self.marks()
             if mark in current or len(current) >= MAX_MARKS:
                 return
             doc: dict[str, Any] = {"session": self.session, "client": client, "principal": principal,
                                    "marks": [{"server": m.server, "tool": m.tool, "index": m.index}
                                              for m in (*current, mark)]}
-            fd = os.open(self.dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
-                replace_file(fd, self.path.name, json.dumps(doc, sort_keys=True).encode())
+                replace_path(self.path, json.dumps(doc, sort_keys=True).encode())
             except OSError as exc:
                 raise StateError(f"cannot write taint ledger {self.path}: {exc.strerror}") from exc
-            finally:
-                os.close(fd)
             self._seen = None
-
-    @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
 
 @final
 @dataclass(frozen=True, slots=True)

@@ -25,16 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import fcntl
 import json
-import os
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Protocol, final
 
-from warden.durable import replace_file
+from warden.durable import exclusive_lock, replace_path
 from warden.errors import ConfigError, StateError
 from warden.paths import ensure_private_dir, read_private_file
 from warden.secrets._redact import MIN_SECRET_LENGTH, REDACTED, Redactor, redactable
@@ -197,28 +195,17 @@ class SecretStore:
     @contextlib.contextmanager
     def _update(self) -> Iterator[dict[str, Any]]:
         ensure_private_dir(self._dir)
-        try:
-            lock_fd = os.open(self._lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StateError(f"cannot open {self._lock}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with exclusive_lock(self._lock):
             data = self._read()
             if data["backend"] is None:
                 data["backend"] = "file" if self._keyring_for(None) is None else "keyring"
             yield data
             payload = json.dumps(data, sort_keys=True, indent=1, ensure_ascii=True).encode()
             try:
-                dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-                try:
-                    replace_file(dir_fd, self._path.name, payload)
-                finally:
-                    os.close(dir_fd)
+                replace_path(self._path, payload)
             except OSError as exc:
                 raise StateError(f"cannot write {self._path}: {exc.strerror}",
                                  hint="check free space and permissions of the state directory") from exc
-        finally:
-            os.close(lock_fd)
 
     def _now(self) -> str:
         return datetime.datetime.fromtimestamp(self._clock(), datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Final, Literal, final
 
-from warden.durable import replace_file
+from warden.durable import replace_path
 from warden.errors import StateError
 from warden.paths import read_private_file
 
@@ -74,10 +73,6 @@ class EraMemory:
             entries[self._key] = answer  # last, so the oldest entries go first past the cap
         kept = dict(list(entries.items())[-MAX_ENTRIES:])
         try:  # a hint: wardens racing on the temporary name can at worst lose an answer or leave one ignored
-            dir_fd = os.open(self._path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                replace_file(dir_fd, self._path.name, json.dumps(kept).encode())
-            finally:
-                os.close(dir_fd)
+            replace_path(self._path, json.dumps(kept).encode())
         except OSError as exc:
             log.warning("cannot keep the era answer in %s: %s", self._path, exc.strerror)

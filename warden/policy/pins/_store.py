@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
-import fcntl
 import json
 import os
 import stat
@@ -43,7 +42,7 @@ from typing import Any, Literal, final
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from warden.durable import replace_file
+from warden.durable import exclusive_lock, replace_path
 from warden.errors import PolicyError, RemoteProtocolError, StateError
 from warden.paths import ensure_private_dir, private_problem
 from warden.policy.pins._canonical import digest as compute_digest
@@ -274,30 +273,19 @@ class PinStore:
 
     @contextlib.contextmanager
     def _update(self) -> Iterator[_File]:
-        try:
-            lock_fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StateError(f"cannot open {self._lock_path}: {exc.strerror}") from exc
-        try:
-            fcntl.flock(lock_fd, fcntl.LOCK_EX)
+        with exclusive_lock(self._lock_path):
             data, _ = self._read()
             before = data.model_dump_json()
             yield data
             if data.model_dump_json() != before:
                 self._write(data)
             self._data, self._stamp = self._read()
-        finally:
-            os.close(lock_fd)  # closing releases the flock
 
     def _write(self, data: _File) -> None:
         """Replace ``pins.json`` atomically and durably (the caller holds the store's lock)."""
         payload = json.dumps(data.model_dump(mode="json"), sort_keys=True, indent=1, ensure_ascii=True).encode()
         try:
-            dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                replace_file(dir_fd, self._path.name, payload)
-            finally:
-                os.close(dir_fd)
+            replace_path(self._path, payload)
         except OSError as exc:
             raise StateError(f"cannot write {self._path}: {exc.strerror}",
                              hint="check free space and permissions of the state directory") from exc
