@@ -22,6 +22,7 @@ import trio.testing
 from tests.policy.helpers import policy_from
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
+from warden.gateway.hub import Hub, Member
 from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
 from warden.policy import PinStore
@@ -181,23 +182,24 @@ class ScriptedHost:
 
 
 async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, *, options: UpstreamOptions,
-                        user_policy: str = "") -> Gateway:
-    """warden's real gateway and upstream (started in ``nursery``) in front of ``connector``, trusting on first use,
-    audit off (the audit log has its own batteries). ``user_policy`` is TOML appended to the user policy after
-    its ``[defaults]`` table (a ``[defaults.capabilities]`` table, say)."""
+                        user_policy: str = "", name: str = "scripted", start: bool = True) -> Gateway:
+    """warden's real gateway and upstream (started in ``nursery`` unless not ``start``) in front of ``connector``,
+    trusting on first use, audit off (the audit log has its own batteries). ``user_policy`` is TOML appended to the
+    user policy after its ``[defaults]`` table (a ``[defaults.capabilities]`` table, say)."""
     state = tmp / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     user = f'[defaults]\non_new = "tofu"\n{user_policy}\n'
-    policy = policy_from(tmp, user=user).server("scripted", ("scripted",))
-    guard = Guard(policy=policy, store=PinStore(state), manifest={"command": ["scripted"]})
-    recorder = Recorder(None, server="scripted", server_id=guard.identity, policy_digest=guard.policy.digest,
+    policy = policy_from(tmp, user=user).server(name, (name,))
+    guard = Guard(policy=policy, store=PinStore(state), manifest={"command": [name]})
+    recorder = Recorder(None, server=name, server_id=guard.identity, policy_digest=guard.policy.digest,
                         sandbox_digest="0" * 64, detail=guard.policy.audit_arguments.value)
     await recorder.pins(await guard.observe_identity())
-    gateway = Gateway(name="scripted", guard=guard, recorder=recorder, signer=StateSigner(b"k" * 32),
+    gateway = Gateway(name=name, guard=guard, recorder=recorder, signer=StateSigner(b"k" * 32),
                       background=nursery, question_timeout=options.request_timeout)
-    upstream = Upstream(name="scripted", connector=connector, handler=gateway, options=options)
+    upstream = Upstream(name=name, connector=connector, handler=gateway, options=options)
     gateway.bind(upstream)
-    await nursery.start(upstream.run)
+    if start:
+        await nursery.start(upstream.run)
     return gateway
 
 
@@ -217,4 +219,27 @@ async def gateway_in_process(tmp: Path, script: Script, *,
         nursery.start_soon(channel.serve_writer)
         nursery.start_soon(face.serve)
         yield ScriptedHost(host_side), connector
+        nursery.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def hub_in_process(tmp: Path, scripts: dict[str, Script], *, options: UpstreamOptions | None = None,
+                         list_wait: float = 10.0) -> AsyncIterator[tuple[ScriptedHost, Hub,
+                                                                          dict[str, MemoryConnector]]]:
+    """``warden serve``'s hub in front of one real gateway per script (named by its key), each upstream started
+    by the hub on first use, with a scripted host on the stdio face."""
+    options = options or UpstreamOptions()
+    connectors = {name: MemoryConnector(script, options.max_message_size) for name, script in scripts.items()}
+    host_side, warden_side = trio.testing.memory_stream_pair()
+    async with trio.open_nursery() as nursery:
+        members = [Member(name, await start_gateway(tmp, connector, nursery, options=options, name=name,
+                                                    start=False)) for name, connector in connectors.items()]
+        for member in members:
+            member.gateway.guard.namespaced = True
+        hub = Hub(members, background=nursery, list_wait=list_wait)
+        channel = MessageChannel(warden_side, warden_side, name="host")
+        face = StdioHost(channel, hub, question_timeout=options.max_request_time)
+        nursery.start_soon(channel.serve_writer)
+        nursery.start_soon(face.serve)
+        yield ScriptedHost(host_side), hub, connectors
         nursery.cancel_scope.cancel()

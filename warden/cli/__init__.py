@@ -29,6 +29,8 @@ from warden.cli import policy as policy
 from warden.cli import run as run
 from warden.cli import scan as scan
 from warden.cli import secrets as secrets
+from warden.cli import serve as serve
+from warden.cli import status as status
 from warden.cli import tokens as tokens
 from warden.cli._common import CommandContext, _leaves, print_error, print_traceback
 from warden.errors import WardenError
@@ -40,6 +42,8 @@ __all__ = ["build_parser", "main"]
 # Each verb group module exposes register(subparsers) and sets ``func`` on its parsers.
 _VERB_GROUPS: tuple[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None], ...] = (
     run.register,
+    serve.register,
+    status.register,
     policy.register,
     pins.register,
     flow.register,

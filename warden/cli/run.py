@@ -400,20 +400,25 @@ def _take_in(server: ServerPolicy, state_dir: Path, env: Mapping[str, str]) -> I
     return take_in(request, state_dir=state_dir, env=env, policy=intake_policy(server))
 
 
-async def _serve_stdio(plan: ServerPlan, options: UpstreamOptions) -> int:
+@asynccontextmanager
+async def host_streams() -> AsyncIterator[tuple[trio.lowlevel.FdStream, trio.lowlevel.FdStream]]:
+    """warden's own stdin and stdout as the host's streams, for the lifetime of the block."""
     stdin_fd, stdout_fd = os.dup(0), os.dup(1)
     # Anything that prints by mistake must not corrupt the protocol stream: fd 1 now points at stderr.
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     flags = {fd: fcntl.fcntl(fd, fcntl.F_GETFL) for fd in (stdin_fd, stdout_fd)}
-    host_in = trio.lowlevel.FdStream(stdin_fd)
-    host_out = trio.lowlevel.FdStream(stdout_fd)
     try:
-        return await serve(plan, options, host_in, host_out)
+        yield trio.lowlevel.FdStream(stdin_fd), trio.lowlevel.FdStream(stdout_fd)
     finally:
         for fd, flag in flags.items():  # FdStream made them non-blocking; a terminal would stay that way
             with contextlib.suppress(OSError):
                 fcntl.fcntl(fd, fcntl.F_SETFL, flag)
+
+
+async def _serve_stdio(plan: ServerPlan, options: UpstreamOptions) -> int:
+    async with host_streams() as (host_in, host_out):
+        return await serve(plan, options, host_in, host_out)
 
 
 def approval_channel(server: ServerPolicy, state_dir: Path) -> WebhookApprovals | None:
@@ -448,6 +453,22 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
                                                                         secrets=plan.redactor.values))
         else:
             log.warning("%s: AUDIT IS OFF (--unsafe-no-audit): nothing this server does is recorded", plan.name)
+        background = await stack.enter_async_context(trio.open_nursery())
+        if log_ is not None:
+            background.start_soon(cosign_in_background, plan.state_dir)  # each new checkpoint to the witnesses
+        try:
+            async with gateway_on(plan, options, log_) as opened:
+                yield opened
+        finally:
+            background.cancel_scope.cancel()
+
+
+@asynccontextmanager
+async def gateway_on(plan: ServerPlan, options: UpstreamOptions,
+                     log_: audit.AuditLog | None) -> AsyncIterator[tuple[Gateway, Upstream]]:
+    """The gateway of ``plan`` and its (not yet started) upstream, recording to ``log_`` (opened by the caller,
+    and shared by every server of a ``warden serve``), for the lifetime of the block."""
+    async with AsyncExitStack() as stack:
         guard = plan.guard
         background = await stack.enter_async_context(trio.open_nursery())
         recorder = Recorder(log_, server=plan.name, server_id=guard.identity, policy_digest=guard.policy.digest,
@@ -469,8 +490,6 @@ async def open_gateway(plan: ServerPlan, options: UpstreamOptions) -> AsyncItera
                           question_timeout=options.request_timeout,
                           approvals=await trio.to_thread.run_sync(approval_channel, guard.policy, plan.state_dir))
         background.start_soon(gateway.listen_upstream)
-        if log_ is not None:
-            background.start_soon(cosign_in_background, plan.state_dir)  # each new checkpoint to the witnesses
         memory = EraMemory(plan.state_dir, guard.identity) if isinstance(plan.connector, StdioConnector) else None
         upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options,
                             era_memory=memory)
@@ -503,7 +522,7 @@ async def serve(plan: ServerPlan, options: UpstreamOptions,
         host.link.session_key = host_process_session(os.getppid()) or host.link.session_key  # shared flow taint
         nursery.start_soon(channel.serve_writer)
         await nursery.start(upstream.run)
-        nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
+        nursery.start_soon(stop_on_signals, nursery.cancel_scope)
         await host.serve()
         channel.close_outbox()
         nursery.cancel_scope.cancel()
@@ -525,12 +544,12 @@ async def serve_http_hosts(plan: ServerPlan, options: UpstreamOptions, http: Htt
         if plan.egress is not None:  # (a port the system picked is known only now)
             plan.egress.protect_port(urllib.parse.urlsplit(url).port or 80)
         http_cli.announce(url, token_file)
-        await _stop_on_signals(nursery.cancel_scope)
+        await stop_on_signals(nursery.cancel_scope)
         nursery.cancel_scope.cancel()
     return 0
 
 
-async def _stop_on_signals(scope: trio.CancelScope) -> None:
+async def stop_on_signals(scope: trio.CancelScope) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
             log.warning("received %s; stopping the server", signal.Signals(signum).name)

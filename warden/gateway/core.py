@@ -364,6 +364,10 @@ class Gateway:
     def attach(self, link: HostLink) -> None:
         self._links.add(link)
 
+    def expect_legacy_host(self) -> None:
+        """The one host in front (stdio) speaks the legacy era: see :meth:`Upstream.expect_legacy_host`."""
+        self.upstream.expect_legacy_host()
+
     def detach(self, link: HostLink) -> None:
         self._links.discard(link)
 

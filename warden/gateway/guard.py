@@ -110,6 +110,9 @@ class Guard:
         self._elicitations: Bucket | None = None  # None: full (the server has asked nothing yet)
         self.secrets = tuple(secrets)  # the secrets registry's values: cut out of results, refused in arguments
         self.store = store
+        self.namespaced = False
+        """Hosts see this server's names as ``SERVER__NAME`` (``warden serve``): a name another server also uses
+        is no collision."""
         self.manifest = dict(manifest)
         self.identity = identity_digest(self.manifest)
         # A remote server, or a sandbox with network, can carry data out: its writing tools are derived sinks.
@@ -219,7 +222,8 @@ class Guard:
         """Record a complete upstream list; what changed is quarantined at once. Returns what to report."""
         kind, _ = LIST_KINDS[method]
         observation = await trio.to_thread.run_sync(
-            lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value))
+            lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value,
+                                            namespaced=self.namespaced))
         self._digests[kind] = dict(observation.digests)
         if kind == "tool":
             self._roles = {item["name"]: classify(

@@ -10,14 +10,13 @@ its id can be found, and otherwise dropped and logged.
 from __future__ import annotations
 
 import logging
-from typing import final
+from typing import Protocol, final
 
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.gateway.core import Gateway
-from warden.gateway.link import HostLink
-from warden.protocol.messages import INVALID_REQUEST, decode_object, encode_error
+from warden.gateway.link import HostLink, Sink
+from warden.protocol.messages import INVALID_REQUEST, Notification, Request, decode_object, encode_error
 from warden.protocol.session import (
     Answered,
     Cancelled,
@@ -33,11 +32,28 @@ from warden.transport.channel import MessageChannel
 log = logging.getLogger(__name__)
 
 
+class Served(Protocol):
+    """What a face serves hosts in front of: one server's :class:`~warden.gateway.core.Gateway`, or the
+    :class:`~warden.gateway.hub.Hub` of ``warden serve``."""
+
+    def attach(self, link: HostLink) -> None: ...
+
+    def detach(self, link: HostLink) -> None: ...
+
+    def expect_legacy_host(self) -> None:
+        """The face's one host speaks the legacy era (it sent ``initialize``)."""
+        ...
+
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes: ...
+
+    async def host_notification(self, note: Notification, link: HostLink) -> None: ...
+
+
 @final
 class StdioHost:
     """Serve the host on ``channel``. :meth:`serve` returns when the host closes its side."""
 
-    def __init__(self, channel: MessageChannel, gateway: Gateway, *, question_timeout: float = 600.0) -> None:
+    def __init__(self, channel: MessageChannel, gateway: Served, *, question_timeout: float = 600.0) -> None:
         self._channel = channel
         self._gateway = gateway
         self.link = HostLink("host", question_timeout=question_timeout)
@@ -86,7 +102,7 @@ class StdioHost:
                 if error is not None:
                     nursery.start_soon(self._send, error)
                 return
-            self._gateway.upstream.expect_legacy_host()  # this face has one host, and it is a legacy one
+            self._gateway.expect_legacy_host()  # this face has one host, and it is a legacy one
         scope = trio.CancelScope()
         self._tasks[event.key] = scope
         nursery.start_soon(self._run, event, scope)

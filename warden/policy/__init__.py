@@ -72,6 +72,7 @@ from warden.policy._glob import GlobSyntaxError, compile_glob, glob_match
 from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_bytes, load_policy_file
 from warden.policy._rate import Bucket, Rate, parse_rate, take
+from warden.policy._regex import compile_linear
 from warden.policy._taint import (
     TaintedSession,
     TaintLedger,
@@ -140,6 +141,7 @@ __all__ = [
     "classify",
     "clear_session",
     "compile_glob",
+    "compile_linear",
     "decide",
     "egress_lines",
     "env_line",

@@ -20,7 +20,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, NoReturn, Protocol, final
 
 import msgspec
 import trio
@@ -107,6 +107,9 @@ class UpstreamOptions:
     terminate_grace: float = 2.0
     restart_backoff: float = 0.5
     restart_backoff_max: float = 30.0
+    max_restarts: int | None = None
+    """After this many ends in a row, each within a minute of its start, the server is marked failed and not
+    started again (``warden serve``); None restarts it for as long as warden runs (``warden run``)."""
     max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
     list_limits: ListLimits = field(default_factory=ListLimits)
     """What one upstream list may cost (pages, entries, bytes; issue 11 item 3)."""
@@ -541,6 +544,8 @@ class Upstream:
         self._lane_started: trio.Event | None = None
         self._lane_refused = False
         self._last_reason = ""
+        self.restarts = 0
+        """How many times a process of this server ended and another was started (or is about to be)."""
         self._met = False
         """Whether a handshake has begun (the first server met): after that, a host's era is no hint any more."""
         self._era_memory = era_memory
@@ -614,6 +619,21 @@ class Upstream:
     @property
     def description(self) -> ServerDescription | None:
         return self._description
+
+    @property
+    def state(self) -> str:
+        """``running``, ``starting`` (no process has finished its handshake yet), ``restarting`` or ``failed``
+        (not started again: it cannot be run, or kept crashing; :attr:`last_error` says why)."""
+        if self._fatal is not None:
+            return "failed"
+        if self._ready.is_set():
+            return "running"
+        return "restarting" if self.restarts else "starting"
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the server cannot run, or why its last process ended (None while nothing has gone wrong)."""
+        return self._fatal.message if self._fatal is not None else self._last_reason or None
 
     async def legacy_lane(self, capabilities: Mapping[str, Any]) -> bool:
         """For a legacy host in front of a 2026 server: a legacy session on a sibling process of the same
@@ -703,23 +723,36 @@ class Upstream:
 
     async def _supervise(self) -> None:
         backoff = self.options.restart_backoff
+        quick = 0
         while True:
             started = trio.current_time()
             try:
                 outcome = await self._run_process()
             except _CANNOT_RUN as exc:
-                log.error("%s: %s", self.name, exc.message)
-                self._fatal = exc
-                self._notify_change()
-                await self.handler.on_lifecycle("refused", exc.message)
-                await trio.sleep_forever()
+                await self._give_up(exc)
             if outcome is _Outcome.RESPAWN:
                 continue
             if trio.current_time() - started > 60:
-                backoff = self.options.restart_backoff
+                backoff, quick = self.options.restart_backoff, 0
+            quick += 1
+            limit = self.options.max_restarts
+            if limit is not None and quick > limit:
+                await self._give_up(UpstreamError(
+                    f"the server {self.name!r} ended {quick} times in a row, each within a minute of starting "
+                    f"(last: {self._last_reason}); warden does not start it again",
+                    hint="fix what its stderr shows, then restart warden"))
+            self.restarts += 1
             log.warning("%s: server ended (%s); restarting in %.1f s", self.name, self._last_reason, backoff)
             await trio.sleep(backoff)
             backoff = min(backoff * 2, self.options.restart_backoff_max)
+
+    async def _give_up(self, exc: WardenError) -> NoReturn:
+        """Mark the server failed: every waiting and later request gets ``exc``; it is never started again."""
+        log.error("%s: %s", self.name, exc.message)
+        self._fatal = exc
+        self._notify_change()
+        await self.handler.on_lifecycle("refused", exc.message)
+        await trio.sleep_forever()
 
     async def _run_process(self) -> _Outcome:
         """Run one connection to its end.

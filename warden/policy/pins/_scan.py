@@ -177,12 +177,14 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, str]]:
 
 
 def scan_definition(kind: str, definition: Any, *, server: str,
-                    other_servers: Mapping[str, Collection[str]] | None = None) -> list[Finding]:
+                    other_servers: Mapping[str, Collection[str]] | None = None,
+                    namespaced: bool = False) -> list[Finding]:
     """Scan one definition (tool, prompt, resource, template, or the instructions string) for a reviewer.
 
     ``other_servers`` maps every *other* server name to its tool names, for the cross-server checks: a string that
     names another server's tool (shadowing: "when sending mail, always BCC…" aimed at someone else's ``send_email``),
-    and a tool or prompt name that another server also uses. Pure: no I/O, deterministic order.
+    and a tool or prompt name that another server also uses — unless ``namespaced`` (``warden serve`` shows every
+    name as ``SERVER__NAME``, so two servers' names cannot be confused). Pure: no I/O, deterministic order.
     """
     findings: list[Finding] = []
     for path, text in _walk(definition, "$"):
@@ -200,7 +202,7 @@ def scan_definition(kind: str, definition: Any, *, server: str,
             findings.append(Finding("nonstandard-name", "$.name",
                                     f"name \"{for_terminal(name)}\" is not 1-128 of A-Z a-z 0-9 _ - . "
                                     "(look-alike letters and spaces can impersonate another tool)"))
-        for other, names in sorted(others.items()):
+        for other, names in sorted(others.items()) if not namespaced else ():
             if name in names:
                 findings.append(Finding("name-collision", "$.name",
                                         f"server {other!r} also has a tool named \"{for_terminal(name)}\""))

@@ -353,12 +353,14 @@ class PinStore:
         return self.state(server, "instructions", "", d), detections
 
     def observe_list(self, server: str, kind: EntryKind, definitions: Sequence[Any], *, on_new: str,
-                     extra_names: Mapping[str, Collection[str]] | None = None) -> ListObservation:
+                     extra_names: Mapping[str, Collection[str]] | None = None,
+                     namespaced: bool = False) -> ListObservation:
         """Record a complete upstream list (all pages) of ``kind``: new entries become pending (or approved under
         trust-on-first-use when the scanner found nothing), changed ones are quarantined at once. Definitions
         without a usable key, that cannot be hashed, or whose key occurs twice are rejected (never listed).
         ``extra_names`` adds other servers' tool names the store does not know yet (other upstreams of this
-        gateway) for the collision and shadowing checks."""
+        gateway) for the collision and shadowing checks; ``namespaced`` leaves the name-collision check out (see
+        :func:`scan_definition`)."""
         if kind not in _KEY_FIELD:
             raise ValueError(f"observe_list takes tools, prompts, resources or templates, not {kind!r}")
         field_name = _KEY_FIELD[kind]
@@ -401,7 +403,8 @@ class PinStore:
             for s, names in (extra_names or {}).items():
                 if s != server:
                     others.setdefault(s, set()).update(names)
-            scanned = {k: scan_definition(kind, keyed[k][0], server=server, other_servers=others) for k in todo}
+            scanned = {k: scan_definition(kind, keyed[k][0], server=server, other_servers=others,
+                                          namespaced=namespaced) for k in todo}
             with self._update() as data:
                 for k, d in todo.items():
                     detections.extend(self._observe_one(data, server, kind, k, keyed[k][0], d, scanned[k], on_new,

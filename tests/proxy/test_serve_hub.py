@@ -1,0 +1,211 @@
+"""``warden serve``'s hub in process (``tests.gateway_harness.hub_in_process``): several real gateways behind one
+stdio face, each upstream a scripted server. Names are namespaced and route back; resources route by URI, and a
+URI two servers claim is refused; a hung or crashing server does not hold up the others. (Real time, not
+MockClock: an autojumping clock jumps while the pin store writes in a worker thread, which would end every list's
+wait at once.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.gateway_harness import TOOLS, ScriptedServer, hub_in_process, legacy_server
+from warden.errors import ConfigError
+from warden.gateway.hub import check_server_names, split_name
+from warden.protocol.uri_template import template_pattern
+from warden.upstream.connection import UpstreamOptions
+
+
+def resource_server(resources: list[str], templates: list[str], tools: tuple[str, ...] = ("echo", "hang")) -> Any:
+    """A legacy server with ``tools``, resources and templates; a read answers with the URI, a call with the
+    tool's name."""
+    async def script(server: ScriptedServer) -> None:
+        while (message := await server.receive()) is not None:
+            method, id_ = message.get("method"), message.get("id")
+            if id_ is None:
+                continue
+            if method == "server/discover":
+                await server.send({"id": id_, "error": {"code": -32601, "message": "Method not found"}})
+            elif method == "initialize":
+                await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": {
+                    "tools": {}, "resources": {}}, "serverInfo": {"name": "res", "version": "1"}})
+            elif method == "tools/list":
+                await server.answer(message, {"tools": [{**TOOLS[0], "name": name} for name in tools]})
+            elif method == "resources/list":
+                await server.answer(message, {"resources": [{"uri": u, "name": u} for u in resources]})
+            elif method == "resources/templates/list":
+                await server.answer(message, {"resourceTemplates": [{"uriTemplate": t, "name": f"t{n}"}
+                                                                    for n, t in enumerate(templates)]})
+            elif method == "resources/read":
+                uri = message["params"]["uri"]
+                await server.answer(message, {"contents": [{"uri": uri, "text": f"read {uri}"}]})
+            elif method == "tools/call":
+                await server.answer(message, {"content": [{"type": "text", "text": message["params"]["name"]}]})
+    return script
+
+
+async def never_lists(server: ScriptedServer) -> None:
+    """Hands shakes, then never answers anything."""
+    while (message := await server.receive()) is not None:
+        if message.get("method") == "server/discover":
+            await server.send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+        elif message.get("method") == "initialize":
+            await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                          "serverInfo": {"name": "hung", "version": "1"}})
+
+
+async def crashes(server: ScriptedServer) -> None:
+    """Hands shakes, then ends as soon as anything else arrives, every time it is started."""
+    while (message := await server.receive()) is not None:
+        if message.get("method") == "server/discover":
+            await server.send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+        elif message.get("method") == "initialize":
+            await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                                          "serverInfo": {"name": "crashes", "version": "1"}})
+        else:
+            return
+
+
+def calls(server_connections: Any) -> list[dict[str, Any]]:
+    return [m for c in server_connections for m in c.server.seen if m.get("method") == "tools/call"]
+
+
+@pytest.mark.trio
+async def test_tools_are_namespaced_and_a_call_reaches_only_its_server(tmp_path: Path) -> None:
+    scripts = {"alpha": legacy_server, "beta": resource_server([], [], ("echo", "add")), "gamma": legacy_server}
+    async with hub_in_process(tmp_path, scripts) as (host, hub, servers):
+        init = await host.initialize()
+        assert init["result"]["serverInfo"]["name"] == "warden-serve"
+        assert not any(c.connections for c in servers.values())  # lazy: nothing starts before it is used
+        await host.request(1, "tools/list")
+        names = [t["name"] for t in (await host.response(1))["result"]["tools"]]
+        # Three servers with an `echo` each: shown apart, so no name-collision finding holds them back.
+        assert names == ["alpha__echo", "alpha__hang", "beta__echo", "beta__add", "gamma__echo", "gamma__hang"]
+        await host.request(2, "tools/call", {"name": "beta__echo", "arguments": {}})
+        answer = await host.response(2)
+        assert answer["result"]["content"][0]["text"] == "echo"
+        assert [m["params"]["name"] for m in calls(servers["beta"].connections)] == ["echo"]
+        assert calls(servers["alpha"].connections) == []
+        assert hub.members["beta"].status()["calls"] == 1
+        for n, name in enumerate(["delta__echo", "echo", "alpha_echo", "alpha__"]):
+            await host.request(10 + n, "tools/call", {"name": name, "arguments": {}})
+            error = (await host.response(10 + n))["error"]
+            assert error["code"] == -32602
+            assert "unknown tool" in error["message"]
+        await host.request(20, "tools/call", {"name": "alpha__echo", "arguments": {}, "task": {"ttl": 1000}})
+        assert "task" in (await host.response(20))["error"]["message"]
+
+
+@pytest.mark.trio
+async def test_a_hung_server_is_listed_without_and_does_not_slow_the_others(tmp_path: Path) -> None:
+    async with hub_in_process(tmp_path, {"hung": never_lists, "ok": legacy_server}, list_wait=1.0) as (
+            host, _hub, _servers):
+        await host.initialize()
+        start = trio.current_time()
+        await host.request(1, "tools/list")
+        tools = (await host.response(1))["result"]["tools"]
+        assert [t["name"] for t in tools] == ["ok__echo", "ok__hang"]
+        assert 1.0 <= trio.current_time() - start < 5.0
+        start = trio.current_time()
+        for n in range(20):
+            await host.request(100 + n, "tools/call", {"name": "ok__echo", "arguments": {}})
+            assert (await host.response(100 + n))["result"]["content"][0]["text"] == "echo"
+        assert trio.current_time() - start < 1.0
+
+
+@pytest.mark.trio
+async def test_a_server_that_keeps_crashing_is_marked_failed_and_the_others_keep_working(tmp_path: Path) -> None:
+    options = UpstreamOptions(max_restarts=3, request_timeout=20.0, restart_backoff=0.01)
+    async with hub_in_process(tmp_path, {"bad": crashes, "good": legacy_server}, options=options,
+                              list_wait=60.0) as (host, hub, servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert [t["name"] for t in (await host.response(1))["result"]["tools"]] == ["good__echo", "good__hang"]
+        with trio.fail_after(10):
+            while hub.members["bad"].status()["state"] != "failed":
+                await trio.sleep(0.05)
+        status = hub.members["bad"].status()
+        assert status["restarts"] == 3
+        assert "ended 4 times in a row" in status["last_error"]
+        assert len(servers["bad"].connections) == 4
+        await host.request(2, "tools/call", {"name": "bad__echo", "arguments": {}})
+        assert "ended 4 times in a row" in (await host.response(2))["error"]["message"]
+        await host.request(3, "tools/call", {"name": "good__echo", "arguments": {}})
+        assert (await host.response(3))["result"]["content"][0]["text"] == "echo"
+        assert hub.members["good"].status()["state"] == "running"
+        assert hub.members["bad"].status()["refused"] == 1
+
+
+@pytest.mark.trio
+async def test_resources_route_by_uri_and_a_uri_two_servers_claim_is_refused(tmp_path: Path) -> None:
+    scripts = {"notes": resource_server(["note://1", "shared://x"], ["note://{id}"], ("n",)),
+               "files": resource_server(["file:///a", "shared://x"], ["file:///{+path}", "both://{x}"], ("f",)),
+               "more": resource_server([], ["both://{y}"], ("m",))}
+    async with hub_in_process(tmp_path, scripts) as (host, _hub, servers):
+        await host.initialize()
+        await host.request(1, "resources/read", {"uri": "note://7"})  # before any list: the hub lists first
+        assert (await host.response(1))["result"]["contents"][0]["text"] == "read note://7"
+        await host.request(2, "resources/list")
+        uris = [r["uri"] for r in (await host.response(2))["result"]["resources"]]
+        assert uris == ["note://1", "file:///a"]  # shared://x is claimed twice: left out
+        await host.request(3, "resources/templates/list")
+        names = [t["name"] for t in (await host.response(3))["result"]["resourceTemplates"]]
+        assert names == ["notes__t0", "files__t0", "files__t1", "more__t0"]
+        await host.request(4, "resources/read", {"uri": "file:///etc/x/y"})
+        assert (await host.response(4))["result"]["contents"][0]["text"] == "read file:///etc/x/y"
+        for n, uri in enumerate(["shared://x", "both://1", "nobody://1"]):
+            await host.request(10 + n, "resources/read", {"uri": uri})
+            error = (await host.response(10 + n))["error"]
+            assert error["code"] == -32602, error
+        reads = {name: [m["params"]["uri"] for c in s.connections for m in c.server.seen
+                        if m.get("method") == "resources/read"] for name, s in servers.items()}
+        assert reads == {"notes": ["note://7"], "files": ["file:///etc/x/y"], "more": []}
+
+
+@given(st.lists(st.from_regex(r"[A-Za-z0-9_.-]{1,12}", fullmatch=True), min_size=1, max_size=6, unique=True),
+       st.sampled_from(["__", "_", ".", "--", "x"]), st.text(min_size=1, max_size=20))
+def test_a_shown_name_splits_back_to_exactly_its_server(names: list[str], separator: str, tool: str) -> None:
+    """Whenever a set of server names is accepted, every SERVER<sep>TOOL splits back to that server and tool, so
+    two servers' entries can never collide."""
+    try:
+        check_server_names(names, separator)
+    except ConfigError:
+        return
+    shown = {f"{n}{separator}{tool}": n for n in names}
+    assert len(shown) == len(names)
+    for text, name in shown.items():
+        assert split_name(text, separator) == (name, tool)
+
+
+def test_server_names_that_could_collide_are_refused_at_load() -> None:
+    for names, separator in ((["a__b"], "__"), (["a_"], "__"), (["a", "a"], "__"), (["ok"], "bad sep"),
+                             (["ok"], "")):
+        with pytest.raises(ConfigError):
+            check_server_names(names, separator)
+    check_server_names(["a_b", "c.d", "x-y"], "__")
+
+
+@given(st.text(max_size=80))
+def test_any_template_text_gives_a_pattern_or_none(template: str) -> None:
+    pattern = template_pattern(template)
+    assert pattern is None or isinstance(pattern, str)
+
+
+def test_templates_match_their_expansions_only() -> None:
+    from warden.policy import compile_linear
+    cases = {"note://{id}": (["note://7", "note://"], ["note://a/b", "notes://7"]),
+             "file:///{+path}": (["file:///a/b/c"], ["file://a"]),
+             "s://{a}/x{?q,r}": (["s://1/x", "s://1/x?q=1&r=2"], ["s://1/y"])}
+    for template, (good, bad) in cases.items():
+        pattern = template_pattern(template)
+        assert pattern is not None
+        compiled = compile_linear(pattern)
+        assert all(compiled.fullmatch(u) for u in good), template
+        assert not any(compiled.fullmatch(u) for u in bad), template
+    for broken in ("a{", "a}b", "x{}", "x{!y}", "{a}" * 17):
+        assert template_pattern(broken) is None

@@ -1,0 +1,191 @@
+"""``warden serve [--server NAME ...] --stdio``: every server of the config behind one endpoint a host starts.
+
+One ``warden serve`` entry in a host config replaces one ``warden run`` entry per server. Each server keeps what
+``warden run`` gives it (its own sandbox, pins, policy and era handling; see :mod:`warden.gateway.hub` for how
+names are shown and requests routed); they share one process, one audit log and one redaction registry. Nothing
+starts until every configured server has been planned: a bad config or a bad server name stops ``serve`` before
+any process is launched.
+
+While it runs, ``serve`` keeps ``<state>/serve/<pid>.json`` current (what ``warden status`` shows) and removes it
+when it stops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Sequence
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from warden import audit, durable, logs
+from warden.cli._common import CommandContext, run_trio
+from warden.cli.run import ServerPlan, gateway_on, host_streams, plan_server, stop_on_signals
+from warden.errors import ConfigError
+from warden.gateway.hub import DEFAULT_SEPARATOR, Hub, Member, check_server_names
+from warden.gateway.stdio import StdioHost
+from warden.policy import host_process_session, load_effective_policy
+from warden.secrets import Redactor, load_redactor
+from warden.transport.channel import MessageChannel
+from warden.upstream.connection import UpstreamOptions
+
+log = logging.getLogger(__name__)
+
+STATUS_DIR = "serve"
+"""Where, under the state directory, each running ``warden serve`` keeps its status file."""
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser(
+        "serve", help="serve a host on stdio in front of every server in the config",
+        description="Serve one host on stdin/stdout in front of every [servers.NAME] of the config (or those named "
+                    "with --server), each sandboxed, pinned and audited as under `warden run`. Tools, prompts and "
+                    "resource templates are shown as SERVER__NAME.")
+    parser.add_argument("--stdio", action="store_true", help="serve the host on stdin/stdout (the default)")
+    parser.add_argument("--server", action="append", default=[], metavar="NAME",
+                        help="serve only this configured server; repeatable (default: all of them)")
+    parser.add_argument("--separator", default=DEFAULT_SEPARATOR, metavar="SEP",
+                        help=f"what joins a server's name and its tool names (default {DEFAULT_SEPARATOR})")
+    parser.add_argument("--eager", action="store_true",
+                        help="start every server at once (default: each on its first use)")
+    parser.add_argument("--list-wait", type=float, default=10.0, metavar="SECONDS",
+                        help="how long a list waits for each server before answering without it (default 10)")
+    parser.add_argument("--max-restarts", type=int, default=5, metavar="N",
+                        help="mark a server failed after N quick crashes in a row (default 5)")
+    parser.add_argument("--request-timeout", type=float, default=50.0, metavar="SECONDS",
+                        help="per-request timeout, reset by progress (default 50)")
+    parser.add_argument("--max-request-time", type=float, default=600.0, metavar="SECONDS",
+                        help="hard limit for any request, progress or not (default 600)")
+    parser.add_argument("--quiet-server", action="store_true", help="do not copy the servers' stderr to ours")
+    parser.add_argument("--unsafe-no-audit", action="store_true",
+                        help="do not write the audit log (for measurements only: nothing is recorded)")
+    parser.set_defaults(func=serve_command)
+
+
+def configured_servers(ctx: CommandContext) -> list[str]:
+    """The ``[servers.NAME]`` of the user config, in file order.
+
+    Raises:
+        ConfigError: the config or org policy is invalid (with file:line).
+    """
+    policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=ctx.config_required)
+    return list(policy.user.model.servers) if policy.user is not None else []
+
+
+def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
+    logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
+    logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
+    try:
+        names = _chosen(configured_servers(ctx), args.server, ctx.config_path)
+        check_server_names(names, args.separator)
+        options = UpstreamOptions(request_timeout=args.request_timeout, max_request_time=args.max_request_time,
+                                  max_restarts=args.max_restarts)
+        plans = [plan_server(ctx, name, None, options) for name in names]
+        redactor = load_redactor(ctx.private_state_dir(), tuple(v for p in plans for v in p.redactor.values))
+        logs.use_redactor(redactor)  # one process: every server's handed values, on every channel
+        return run_trio(_serve_stdio, ctx, plans, options, redactor, args)
+    finally:
+        logs.shutdown()
+
+
+def _chosen(configured: list[str], wanted: Sequence[str], config: Path) -> list[str]:
+    if not configured:
+        raise ConfigError(f"no servers to serve: {config} has no [servers.NAME] table",
+                          hint="add one per server, or let `warden import` write them from a host's config")
+    unknown = [name for name in wanted if name not in configured]
+    if unknown:
+        raise ConfigError(f"--server {unknown[0]!r} is not configured in {config}",
+                          hint=f"configured: {', '.join(configured)}")
+    return list(dict.fromkeys(wanted)) if wanted else configured
+
+
+async def _serve_stdio(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
+                       args: argparse.Namespace) -> int:
+    async with host_streams() as (host_in, host_out):
+        return await serve_hub(ctx, plans, options, redactor, args, host_in, host_out)
+
+
+async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
+                    args: argparse.Namespace, host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
+    """Serve one host on the given streams in front of every planned server, until it leaves or warden is told
+    to stop."""
+    state_dir = ctx.private_state_dir()
+    channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size,
+                             redactor=redactor)
+    async with AsyncExitStack() as stack:
+        log_ = None
+        if args.unsafe_no_audit:
+            log.warning("AUDIT IS OFF (--unsafe-no-audit): nothing these servers do is recorded")
+        else:
+            log_ = await stack.enter_async_context(audit.open_audit_log(state_dir, secrets=redactor.values))
+        members = []
+        for plan in plans:
+            plan.guard.namespaced = True
+            gateway, _ = await stack.enter_async_context(gateway_on(plan, options, log_))
+            members.append(Member(plan.name, gateway))
+        nursery = await stack.enter_async_context(trio.open_nursery())
+        if log_ is not None:
+            nursery.start_soon(audit.cosign_in_background, state_dir)
+        hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait)
+        status = _StatusFile(state_dir, plans, hub, ctx.config_path)
+        nursery.start_soon(status.keep)
+        host = StdioHost(channel, hub, question_timeout=options.max_request_time)
+        host.link.session_key = host_process_session(os.getppid()) or host.link.session_key
+        nursery.start_soon(channel.serve_writer)
+        nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+        try:
+            if args.eager:
+                await hub.start_all()
+            await host.serve()
+        finally:
+            channel.close_outbox()
+            nursery.cancel_scope.cancel()
+            status.remove()
+    return 0
+
+
+def sees(plan: ServerPlan) -> dict[str, Any]:
+    """What the server's sandbox lets it reach, as ``warden status`` shows it."""
+    policy = plan.guard.policy
+    if len(policy.argv) == 1 and policy.argv[0].lower().startswith(("http://", "https://")):
+        return {"kind": "remote", "url": policy.argv[0]}
+    settings = policy.sandbox.value
+    return {"kind": settings.kind, "read_dirs": list(settings.read_dirs), "write_dirs": list(settings.write_dirs),
+            "network": policy.network.value.to_json()}
+
+
+class _StatusFile:
+    """``<state>/serve/<pid>.json``: what this process serves and how each server is doing, rewritten (atomic
+    replace, 0600) within a second of any change."""
+
+    def __init__(self, state_dir: Path, plans: list[ServerPlan], hub: Hub, config: Path) -> None:
+        self._dir = state_dir / STATUS_DIR
+        self.path = self._dir / f"{os.getpid()}.json"
+        self._sees = {plan.name: sees(plan) for plan in plans}
+        self._hub = hub
+        self._head = {"pid": os.getpid(), "started": time.time(), "config": str(config)}
+        self._written: bytes | None = None
+
+    def snapshot(self) -> dict[str, Any]:
+        return {**self._head, "servers": [{**m.status(), "sandbox": self._sees[name]}
+                                          for name, m in self._hub.members.items()]}
+
+    async def keep(self) -> None:
+        await trio.to_thread.run_sync(lambda: self._dir.mkdir(mode=0o700, exist_ok=True))
+        while True:
+            data = json.dumps(self.snapshot(), sort_keys=True).encode()
+            if data != self._written:
+                await trio.to_thread.run_sync(durable.replace_path, self.path, data)
+                self._written = data
+            await trio.sleep(1.0)
+
+    def remove(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()

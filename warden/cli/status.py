@@ -1,0 +1,98 @@
+"""``warden status [--json]``: every configured server, and how each running ``warden serve`` finds it.
+
+It reads the status files running ``warden serve`` processes keep (:mod:`warden.cli.serve`); a file whose process
+is gone is ignored. A configured server no running ``serve`` serves is shown as ``not served`` (it may still run
+under its own ``warden run``, which keeps no status file). Everything a server wrote (its last error, above all)
+reaches the terminal through :func:`warden.logs.shown`, one line per row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from warden import logs
+from warden.cli._common import CommandContext
+from warden.cli.serve import STATUS_DIR, configured_servers
+from warden.escape import for_terminal
+
+_MAX_STATUS_FILE = 1 << 20
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = sub.add_parser("status", help="show the configured servers and how running `warden serve`s find them",
+                            description="Every configured server: state, era, sandbox and what it can see, pins "
+                                        "waiting, last error, restarts, calls and refusals since start.")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(func=status_command)
+
+
+def running(state_dir: Path) -> list[dict[str, Any]]:
+    """The status of every ``warden serve`` that is still running (its pid is alive), oldest first."""
+    found: list[dict[str, Any]] = []
+    directory = state_dir / STATUS_DIR
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            pid = int(path.stem)
+            if path.stat().st_size > _MAX_STATUS_FILE:
+                continue
+            os.kill(pid, 0)
+            status = json.loads(path.read_bytes())
+        except (ValueError, ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+        if isinstance(status, dict) and status.get("pid") == pid and isinstance(status.get("servers"), list):
+            found.append(status)
+    return sorted(found, key=lambda s: float(s.get("started") or 0))
+
+
+def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
+    configured = configured_servers(ctx)
+    serving = running(ctx.private_state_dir())
+    served = {str(s.get("name")) for status in serving for s in status["servers"] if isinstance(s, dict)}
+    idle = [name for name in configured if name not in served]
+    if args.json:
+        print(logs.shown(json.dumps({"serving": serving, "not_served": idle}, indent=2, sort_keys=True),
+                         keep_newlines=True))
+        return 0
+    if not serving and not configured:
+        print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running"))
+        return 0
+    rows = [("SERVER", "STATE", "ERA", "SANDBOX", "PINS", "RESTARTS", "CALLS", "REFUSED", "SEES")]
+    errors: list[str] = []
+    for status in serving:
+        for s in (s for s in status["servers"] if isinstance(s, dict)):
+            name = for_terminal(str(s.get("name")))
+            rows.append((name, str(s.get("state")), str(s.get("era") or "-"), _kind(s.get("sandbox")),
+                         str(s.get("pins_waiting", 0)), str(s.get("restarts", 0)), str(s.get("calls", 0)),
+                         str(s.get("refused", 0)), _sees(s.get("sandbox"))))
+            if s.get("last_error"):
+                errors.append(f"{name} (warden serve, pid {status.get('pid')}): {for_terminal(str(s['last_error']))}")
+    rows.extend((for_terminal(name), "not served", "-", "-", "-", "-", "-", "-", "-") for name in idle)
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        print(logs.shown("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+                         + "  " + row[-1]))
+    for line in errors:
+        print(logs.shown(f"last error of {line}", limit=400))
+    return 0
+
+
+def _kind(sandbox: object) -> str:
+    return str(sandbox.get("kind", "-")) if isinstance(sandbox, dict) else "-"
+
+
+def _sees(sandbox: object) -> str:
+    """Read and write dirs and network, in one cell."""
+    if not isinstance(sandbox, dict):
+        return "-"
+    if sandbox.get("kind") == "remote":
+        return for_terminal(str(sandbox.get("url")))
+    parts = [f"read {for_terminal(d)}" for d in sandbox.get("read_dirs") or []]
+    parts += [f"write {for_terminal(d)}" for d in sandbox.get("write_dirs") or []]
+    network = sandbox.get("network")
+    allow = network.get("allow") if isinstance(network, dict) else None
+    parts.append(f"net {', '.join(map(for_terminal, allow))}" if allow else "no network")
+    return "; ".join(parts)

@@ -1,0 +1,575 @@
+"""``warden serve``'s host face: many servers behind one endpoint, each behind its own :class:`Gateway`.
+
+Every server keeps exactly what ``warden run`` gives it — its sandbox, pins, policy, audit records and era
+handling — because each has its own gateway and upstream. The hub only names, routes and merges:
+
+- Tools, prompts and resource templates are shown as ``SERVER<sep>NAME`` (``time__get_current_time``). No server
+  name may hold the separator or end in part of it (:func:`check_server_names`), so the first separator in a
+  shown name is always the one the hub put there: a shown name splits back one way only, and two servers' entries
+  can never collide. A shown name longer than the spec's 128 characters is left out and logged.
+- Resources keep their URIs. A read goes to the server that listed the URI, else to the one server whose template
+  makes it (:mod:`warden.protocol.uri_template`); a URI two servers claim is refused, never guessed.
+- Each host link has one sub-link per server. It shares the host's session engine (so any server's question is
+  asked in the host's one id space and its answer settles it) and the host's flow-taint session.
+
+Isolation: a server starts on first use (or all at once, when the face is told to). A list asks every server at
+the same time and waits at most ``list_wait`` for each; one that is slow, restarting or failed adds nothing to that
+answer, and legacy hosts are told ``list_changed`` once it is up. A call touches its own server only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Final, final
+
+import msgspec
+import trio
+
+from warden import __version__
+from warden.errors import ConfigError, WardenError
+from warden.escape import for_terminal
+from warden.gateway.core import Gateway
+from warden.gateway.link import HostLink, LegacyHost, Sink
+from warden.policy import compile_linear
+from warden.protocol.eras import (
+    LIST_METHODS,
+    LOG_LEVELS,
+    META_SERVER_INFO,
+    META_SUBSCRIPTION_ID,
+    MODERN_VERSIONS,
+    read_request_meta,
+)
+from warden.protocol.messages import (
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    UNSUPPORTED_PROTOCOL_VERSION,
+    Notification,
+    Request,
+    decode_json,
+    decode_object,
+    encode_error,
+    encode_json,
+    encode_notification,
+    encode_request,
+    encode_result,
+)
+from warden.protocol.uri_template import template_pattern
+
+__all__ = ["DEFAULT_SEPARATOR", "NAME_MAX", "Hub", "Member", "check_server_names", "split_name"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SEPARATOR: Final = "__"
+NAME_MAX: Final = 128
+"""The spec's longest tool name (SEP-986): a shown name longer than this is left out of the list."""
+
+_SEPARATOR: Final = re.compile(r"[A-Za-z0-9_.-]{1,8}")
+_NAMED: Final = ("tools/list", "prompts/list", "resources/templates/list")
+_CHANGED: Final = ("notifications/tools/list_changed", "notifications/prompts/list_changed",
+                   "notifications/resources/list_changed")
+_OWN_ID: Final = b'"warden-hub"'
+_LIST_ID: Final = b'"warden-hub-list"'
+
+
+def check_server_names(names: Sequence[str], separator: str) -> None:
+    """Refuse a separator or a set of server names under which two shown names could collide.
+
+    Raises:
+        ConfigError: the separator is not 1-8 of ``A-Z a-z 0-9 _ . -``, a name is given twice, or a name holds
+            the separator or ends in part of it (``a_`` with ``__``: ``a___t`` would split as ``a`` + ``_t``).
+    """
+    if not _SEPARATOR.fullmatch(separator):
+        raise ConfigError(f"namespace separator {separator!r} must be 1-8 of A-Z a-z 0-9 _ . -",
+                          hint="pass --separator with such a string (default __)")
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ConfigError(f"server {name!r} is named twice", hint="give each server one entry")
+        seen.add(name)
+        if (name + separator).find(separator) != len(name):
+            raise ConfigError(f"server name {name!r} holds the namespace separator {separator!r} or ends in part "
+                              "of it, so its tool names could be mistaken for another server's",
+                              hint="rename the server in the config, or choose another --separator")
+
+
+def split_name(shown: str, separator: str) -> tuple[str, str] | None:
+    """``SERVER<sep>NAME`` back into its server and the server's own name (None when it is not such a name)."""
+    server, found, name = shown.partition(separator)
+    return (server, name) if found and server and name else None
+
+
+class _Reply(msgspec.Struct):
+    """The two members of a response the hub reads without decoding the rest."""
+
+    result: msgspec.Raw = msgspec.Raw(b"")
+    error: msgspec.Raw = msgspec.Raw(b"")
+
+
+_REPLY: Final = msgspec.json.Decoder(_Reply)
+
+
+def _is_error(response: bytes) -> bool:
+    try:
+        return bool(_REPLY.decode(response).error)
+    except msgspec.ValidationError:
+        return True
+
+
+@final
+class Member:
+    """One configured server behind the hub: its gateway (and through it its upstream), started on first use, and
+    what ``warden status`` reports of it."""
+
+    def __init__(self, name: str, gateway: Gateway) -> None:
+        self.name = name
+        self.gateway = gateway
+        self.started = False
+        self.calls = 0
+        self.refused = 0
+        """Calls answered with a JSON-RPC error: refused by policy, or failed (a tool's own ``isError`` is not)."""
+        self.left_out: set[str] = set()
+        """Entries this server listed that the hub could not show (a name too long once namespaced)."""
+
+    def status(self) -> dict[str, Any]:
+        """State, era, restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them."""
+        upstream = self.gateway.upstream
+        description = upstream.description
+        return {"name": self.name, "state": upstream.state if self.started else "idle",
+                "era": description.era.value if description is not None and self.started else None,
+                "restarts": upstream.restarts, "last_error": upstream.last_error,
+                "pins_waiting": self.gateway.guard.waiting(), "calls": self.calls, "refused": self.refused,
+                "left_out": sorted(self.left_out)[:16]}
+
+
+@final
+class _Listening:
+    """A ``subscriptions/listen`` fanned out to every server: each server's acknowledgement is kept back, and the
+    host gets one, the union of theirs; every other message goes to the host as it is."""
+
+    def __init__(self, sink: Sink, expected: int) -> None:
+        self._sink = sink
+        self._expected = expected
+        self.acknowledged: list[dict[str, Any]] = []
+        self.all_in = trio.Event()
+
+    async def send(self, message: bytes) -> None:
+        body = decode_object(message)
+        if body.get("method") == "notifications/subscriptions/acknowledged":
+            params = body.get("params")
+            self.acknowledged.append(params if isinstance(params, dict) else {})
+            if len(self.acknowledged) >= self._expected:
+                self.all_in.set()
+            return
+        await self._sink.send(message)
+
+    def union(self) -> dict[str, Any]:
+        honored: dict[str, Any] = {}
+        uris: list[str] = []
+        for params in self.acknowledged:
+            notifications = params.get("notifications")
+            for key, value in (notifications if isinstance(notifications, dict) else {}).items():
+                if key == "resourceSubscriptions" and isinstance(value, list):
+                    uris.extend(u for u in value if isinstance(u, str) and u not in uris)
+                elif value is True:
+                    honored[key] = True
+        if uris:
+            honored["resourceSubscriptions"] = uris
+        return honored
+
+
+Handler = Callable[[Request, HostLink, Sink], Awaitable[bytes]]
+
+
+@final
+class Hub:
+    """The host face of ``warden serve`` (the same face :class:`~warden.gateway.stdio.StdioHost` serves a
+    :class:`Gateway` through). ``background`` is where upstreams run once started.
+
+    Raises:
+        ConfigError: from :func:`check_server_names`.
+    """
+
+    def __init__(self, members: Sequence[Member], *, background: trio.Nursery,
+                 separator: str = DEFAULT_SEPARATOR, list_wait: float = 10.0) -> None:
+        check_server_names([m.name for m in members], separator)
+        self.members: Mapping[str, Member] = {m.name: m for m in members}
+        self._background = background
+        self._separator = separator
+        self._list_wait = list_wait
+        self._links: dict[HostLink, dict[str, HostLink]] = {}
+        self._legacy_host = False
+        self._uris: dict[str, str] = {}
+        self._contested: dict[str, list[str]] = {}
+        self._templates: dict[str, list[tuple[str, Any]]] = {}
+        self._resources_known = False
+        self._awaited: set[str] = set()
+        self._handlers: dict[str, Handler] = {
+            "initialize": self._initialize, "server/discover": self._discover, "ping": self._ping,
+            "tools/call": self._named, "prompts/get": self._named, "completion/complete": self._complete,
+            "resources/read": self._by_uri, "resources/subscribe": self._by_uri,
+            "resources/unsubscribe": self._by_uri, "logging/setLevel": self._set_level,
+            "subscriptions/listen": self._listen,
+        }
+        self._handlers.update(dict.fromkeys(LIST_METHODS, self._list))
+
+    # -- what a face calls ---------------------------------------------------------------------------------------
+
+    def attach(self, link: HostLink) -> None:
+        self._links[link] = {}
+
+    def detach(self, link: HostLink) -> None:
+        for name, sub in self._links.pop(link, {}).items():
+            self.members[name].gateway.detach(sub)
+
+    def expect_legacy_host(self) -> None:
+        self._legacy_host = True
+
+    async def start_all(self) -> None:
+        """Start every server now (``--eager``) rather than on first use."""
+        for member in self.members.values():
+            await self._start(member)
+
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
+        handler = self._handlers.get(request.method)
+        if handler is None:
+            return encode_error(request.id, METHOD_NOT_FOUND, f"warden serve does not carry {request.method} "
+                                "(tasks are not routed between servers yet)" if request.method.startswith("tasks/")
+                                else f"Method not found: {request.method}")
+        try:
+            return await handler(request, link, sink)
+        except WardenError as exc:
+            return encode_error(request.id, INVALID_PARAMS, exc.message, {"hint": exc.hint} if exc.hint else None)
+
+    async def host_notification(self, note: Notification, link: HostLink) -> None:
+        if note.method == "notifications/initialized" and link.legacy is not None:
+            link.legacy.initialized = True
+        for name, sub in list(self._links.get(link, {}).items()):
+            await self.members[name].gateway.host_notification(note, sub)
+
+    # -- servers and sub-links -----------------------------------------------------------------------------------
+
+    async def _start(self, member: Member) -> None:
+        if member.started:
+            return
+        member.started = True
+        if self._legacy_host:
+            member.gateway.upstream.expect_legacy_host()
+        await self._background.start(member.gateway.upstream.run)
+
+    async def _sub(self, link: HostLink, member: Member) -> HostLink:
+        """The host's link to ``member`` (made on first use, and told the host's log level)."""
+        await self._start(member)
+        subs = self._links.setdefault(link, {})
+        sub = subs.get(member.name)
+        if sub is not None:
+            return sub
+        sub = subs[member.name] = HostLink(f"{link.name}/{member.name}", principal=link.principal)
+        sub.session = link.session  # one id space: the host's answer to any server's question settles it
+        sub.session_key = link.session_key
+        sub.unsolicited = link.unsolicited
+        parent = link.legacy
+        member.gateway.attach(sub)
+        if parent is not None:  # the server's gateway meets this host as warden run would: by its initialize
+            capabilities = {k: v for k, v in parent.capabilities.items() if k != "tasks"}
+            sub.legacy = LegacyHost(parent.version, capabilities, parent.caller, initialized=parent.initialized)
+            await self._own(member, sub, "initialize", {"protocolVersion": parent.version,
+                                                        "capabilities": capabilities})
+            if parent.log_level is not None:
+                await self._own(member, sub, "logging/setLevel", {"level": parent.log_level})
+        return sub
+
+    @staticmethod
+    async def _own(member: Member, sub: HostLink, method: str, params: Mapping[str, Any]) -> None:
+        """A request of the hub's own to one server's gateway (its answer goes nowhere)."""
+        body = encode_json(params)
+        await member.gateway.handle(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)), sub,
+                                    _Nowhere())
+
+    async def _forward(self, member: Member, request: Request, params: Mapping[str, Any], link: HostLink,
+                       sink: Sink, *, counted: bool = True) -> bytes:
+        sub = await self._sub(link, member)
+        body = encode_json(params)
+        forwarded = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
+        response = await member.gateway.handle(forwarded, sub, sink)
+        if counted:
+            member.calls += 1
+            member.refused += _is_error(response)
+        return response
+
+    # -- what the hub answers itself -----------------------------------------------------------------------------
+
+    def _capabilities(self, *, legacy: bool) -> dict[str, Any]:
+        capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "prompts": {"listChanged": True},
+                                        "resources": {"listChanged": True, "subscribe": True}, "completions": {}}
+        if legacy:
+            capabilities["logging"] = {}
+        return capabilities
+
+    def _instructions(self) -> str:
+        names = ", ".join(self.members)
+        return (f"warden serves {len(self.members)} servers here ({names}). Their tools, prompts and resource "
+                f"templates are named SERVER{self._separator}NAME.")
+
+    async def _initialize(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        assert link.legacy is not None, "the face calls HostLink.accept_initialize first"
+        return encode_result(request.id, encode_json({
+            "protocolVersion": link.legacy.version, "capabilities": self._capabilities(legacy=True),
+            "serverInfo": _server_info(), "instructions": self._instructions()}))
+
+    async def _discover(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        version, _ = read_request_meta(decode_object(request.params))
+        if version is not None and version not in MODERN_VERSIONS:
+            return encode_error(request.id, UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
+                                {"supported": list(MODERN_VERSIONS), "requested": version})
+        return encode_result(request.id, encode_json({
+            "resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
+            "capabilities": self._capabilities(legacy=False), "ttlMs": 0, "cacheScope": "private",
+            "instructions": self._instructions(), "_meta": {META_SERVER_INFO: _server_info()}}))
+
+    async def _ping(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        return encode_result(request.id, b"{}")
+
+    async def _set_level(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        level = decode_object(request.params).get("level")
+        if link.legacy is None or level not in LOG_LEVELS:
+            return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
+        link.legacy.log_level = level
+        async with trio.open_nursery() as nursery:
+            for name in list(self._links.get(link, {})):
+                member = self.members[name]
+                nursery.start_soon(self._forward, member, request, {"level": level}, link, _Nowhere())
+        return encode_result(request.id, b"{}")
+
+    # -- lists ---------------------------------------------------------------------------------------------------
+
+    async def _list(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """Every server's list at once, each waited for at most ``list_wait``; entries renamed, resources mapped."""
+        params = decode_object(request.params)
+        if params.get("cursor") is not None:
+            return encode_error(request.id, INVALID_PARAMS, "invalid cursor (warden returns complete lists)")
+        answers = await self._ask_all(request, link, sink)
+        key = LIST_METHODS[request.method]
+        items: list[Any] = []
+        ttl: int | None = None
+        private = False
+        first_error: dict[str, Any] | None = None
+        claims: dict[str, list[str]] = {}
+        for name, answer in answers.items():
+            result = answer.get("result")
+            if not isinstance(result, dict):
+                first_error = first_error or (answer.get("error") if isinstance(answer.get("error"), dict) else None)
+                continue
+            listed = result.get(key)
+            entries: list[Any] = listed if isinstance(listed, list) else []
+            if request.method == "resources/list":
+                for entry in entries:
+                    if isinstance(entry, dict) and isinstance(entry.get("uri"), str):
+                        claims.setdefault(entry["uri"], []).append(name)
+            elif request.method == "resources/templates/list":
+                self._templates[name] = _patterns(entries)
+            items.extend(self._shown(self.members[name], request.method, entries))
+            if isinstance(result.get("ttlMs"), int):
+                ttl = result["ttlMs"] if ttl is None else min(ttl, result["ttlMs"])
+            private = private or result.get("cacheScope") == "private"
+        if request.method == "resources/list":
+            items = self._claimed(items, claims)
+        if not items and first_error is not None and len(answers) == len(self.members):
+            code = first_error.get("code")
+            return encode_error(request.id, code if isinstance(code, int) else INVALID_PARAMS,
+                                str(first_error.get("message", "")))
+        body: dict[str, Any] = {key: items}
+        if read_request_meta(params)[0] is not None:
+            body.update(resultType="complete", ttlMs=ttl or 0, cacheScope="private" if private else "public")
+        return encode_result(request.id, encode_json(body))
+
+    async def _ask_all(self, request: Request, link: HostLink, sink: Sink) -> dict[str, dict[str, Any]]:
+        """``request`` to every server at once; the answers of those that answered within ``list_wait``, in
+        config order. A server that did not is watched, and hosts hear ``list_changed`` once it is up."""
+        answers: dict[str, dict[str, Any]] = {}
+
+        async def ask(member: Member) -> None:
+            with trio.move_on_after(self._list_wait):
+                answers[member.name] = decode_object(
+                    await self._forward(member, request, decode_object(request.params), link, sink, counted=False))
+            if member.name not in answers:
+                log.warning("%s: no %s within %g s; listed without it for now", member.name, request.method,
+                            self._list_wait)
+                self._background.start_soon(self._tell_when_up, member)
+
+        async with trio.open_nursery() as nursery:
+            for member in self.members.values():
+                nursery.start_soon(ask, member)
+        return {name: answers[name] for name in self.members if name in answers}
+
+    def _shown(self, member: Member, method: str, entries: list[Any]) -> list[Any]:
+        if method not in _NAMED:
+            return [e for e in entries if isinstance(e, dict)]
+        shown = []
+        for entry in entries:
+            name = entry.get("name") if isinstance(entry, dict) else None
+            if not isinstance(name, str):
+                continue
+            joined = f"{member.name}{self._separator}{name}"
+            if len(joined) > NAME_MAX:
+                if name not in member.left_out:
+                    log.warning("%s: %s left out: %d characters once named %s%sNAME (at most %d)", member.name,
+                                for_terminal(name[:64]), len(joined), member.name, self._separator, NAME_MAX)
+                member.left_out.add(name)
+                continue
+            shown.append({**entry, "name": joined})
+        return shown
+
+    def _claimed(self, items: list[Any], claims: Mapping[str, list[str]]) -> list[Any]:
+        """The resources one server claims; a URI several list is left out, and reads of it refused."""
+        self._uris = {uri: names[0] for uri, names in claims.items() if len(names) == 1}
+        self._contested = {uri: names for uri, names in claims.items() if len(names) > 1}
+        self._resources_known = True
+        for uri, names in self._contested.items():
+            log.warning("resource %s is listed by %s: left out, and reads of it refused", for_terminal(uri[:256]),
+                        " and ".join(names))
+        return [e for e in items if e.get("uri") not in self._contested]
+
+    async def _tell_when_up(self, member: Member) -> None:
+        if member.name in self._awaited:
+            return
+        self._awaited.add(member.name)
+        try:
+            await member.gateway.upstream.wait_connected()
+        except WardenError:
+            return
+        finally:
+            self._awaited.discard(member.name)
+        for link in list(self._links):
+            if link.legacy is not None and link.unsolicited is not None:
+                for method in _CHANGED:
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await link.unsolicited.send(encode_notification(method, None))
+
+    # -- routed requests -----------------------------------------------------------------------------------------
+
+    def _member_of(self, shown: object, what: str) -> tuple[Member, str]:
+        parts = split_name(shown, self._separator) if isinstance(shown, str) else None
+        member = self.members.get(parts[0]) if parts is not None else None
+        if member is None or parts is None:
+            raise WardenError(f"unknown {what} {str(shown)[:160]!r}",
+                              hint=f"names here are SERVER{self._separator}NAME; list them first")
+        return member, parts[1]
+
+    async def _named(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        params = decode_object(request.params)
+        what = "tool" if request.method == "tools/call" else "prompt"
+        if request.method == "tools/call" and "task" in params:
+            return encode_error(request.id, INVALID_PARAMS, "warden serve does not carry task-augmented calls; "
+                                "call the tool without the task parameter")
+        member, name = self._member_of(params.get("name"), what)
+        return await self._forward(member, request, {**params, "name": name}, link, sink)
+
+    async def _complete(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        params = decode_object(request.params)
+        given = params.get("ref")
+        ref: dict[str, Any] = given if isinstance(given, dict) else {}
+        if ref.get("type") == "ref/prompt":
+            member, name = self._member_of(ref.get("name"), "prompt")
+            return await self._forward(member, request, {**params, "ref": {**ref, "name": name}}, link, sink,
+                                       counted=False)
+        template = ref.get("uri")
+        owners = [n for n, templates in self._templates.items() if any(t == template for t, _ in templates)]
+        if len(owners) != 1:
+            raise WardenError(f"no one server offers the resource template {str(template)[:160]!r}",
+                              hint="list resource templates first")
+        return await self._forward(self.members[owners[0]], request, params, link, sink, counted=False)
+
+    async def _by_uri(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        params = decode_object(request.params)
+        uri = params.get("uri")
+        if not isinstance(uri, str):
+            return encode_error(request.id, INVALID_PARAMS, "params.uri must be a string")
+        member = await self._owner(uri, request, link)
+        return await self._forward(member, request, params, link, sink,
+                                   counted=request.method == "resources/read")
+
+    async def _owner(self, uri: str, request: Request, link: HostLink) -> Member:
+        """The one server ``uri`` belongs to: the one that listed it, else the one whose template makes it.
+
+        Raises:
+            WardenError: no server claims it, or several do (refused, not guessed).
+        """
+        if not self._resources_known:
+            await self._learn_resources(request, link)
+        if uri in self._contested:
+            raise WardenError(f"resource {uri[:256]!r} is listed by {' and '.join(self._contested[uri])}; warden "
+                              "does not guess which one to read", hint="rename the resource in one of the servers")
+        owner = self._uris.get(uri)
+        if owner is None:
+            makers = [name for name, templates in self._templates.items()
+                      if any(pattern is not None and pattern.fullmatch(uri) for _, pattern in templates)]
+            if len(makers) > 1:
+                raise WardenError(f"resource {uri[:256]!r} matches templates of {' and '.join(makers)}; warden "
+                                  "does not guess which one to read")
+            owner = makers[0] if makers else None
+        if owner is None:
+            raise WardenError(f"Resource not found: {uri[:256]!r} (no server listed it or offers a template for it)",
+                              hint="list resources and resource templates first")
+        return self.members[owner]
+
+    async def _learn_resources(self, request: Request, link: HostLink) -> None:
+        """A read before any list: list resources and templates now, on the host's own terms (its ``_meta``)."""
+        meta = decode_object(request.params).get("_meta")
+        body = encode_json({"_meta": meta}) if isinstance(meta, dict) else None
+        for method in ("resources/list", "resources/templates/list"):
+            await self._list(Request(_LIST_ID, method, body, encode_request(_LIST_ID, method, body)), link, _Nowhere())
+
+    async def _listen(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """One ``subscriptions/listen`` per server on the host's stream; the host gets one acknowledgement (the
+        union, after every server's or ``list_wait``) and then each server's notifications as they come."""
+        params = decode_object(request.params)
+        asked = params.get("notifications")
+        wanted: dict[str, Any] = asked if isinstance(asked, dict) else {}
+        uris = [u for u in wanted.get("resourceSubscriptions") or [] if isinstance(u, str)]
+        owners: dict[str, list[str]] = {}
+        for uri in uris:
+            with contextlib.suppress(WardenError):
+                owners.setdefault((await self._owner(uri, request, link)).name, []).append(uri)
+        listening = _Listening(sink, len(self.members))
+
+        async def listen(member: Member) -> None:
+            mine = {**wanted, "resourceSubscriptions": owners.get(member.name, [])}
+            await self._forward(member, request, {**params, "notifications": mine}, link, listening, counted=False)
+
+        async with trio.open_nursery() as nursery:
+            for member in self.members.values():
+                nursery.start_soon(listen, member)
+            with trio.move_on_after(self._list_wait):
+                await listening.all_in.wait()
+            await sink.send(encode_notification("notifications/subscriptions/acknowledged", encode_json(
+                {"notifications": listening.union(), "_meta": {META_SUBSCRIPTION_ID: decode_json(request.id)}})))
+            await trio.sleep_forever()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+
+@final
+class _Nowhere:
+    """The sink of the hub's own requests (a list learnt before a read, a log level): no host waits on them."""
+
+    async def send(self, message: bytes) -> None:
+        pass
+
+
+def _patterns(entries: list[Any]) -> list[tuple[str, Any]]:
+    """Each listed template with its compiled matcher (None: a template warden does not route by)."""
+    out: list[tuple[str, Any]] = []
+    for entry in entries:
+        template = entry.get("uriTemplate") if isinstance(entry, dict) else None
+        if isinstance(template, str):
+            pattern = template_pattern(template)
+            with contextlib.suppress(ValueError):
+                out.append((template, compile_linear(pattern) if pattern is not None else None))
+    return out
+
+
+def _server_info() -> dict[str, Any]:
+    return {"name": "warden-serve", "version": __version__}
