@@ -5,6 +5,7 @@ server's process fails none of a concurrent stream of calls to another, and the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -193,3 +194,63 @@ def status_json() -> dict[str, Any]:
     assert status.returncode == 0, status.stderr
     result: dict[str, Any] = json.loads(status.stdout)
     return result
+
+
+def reload_records() -> list[dict[str, Any]]:
+    shown = subprocess.run([WARDEN, "audit", "show", "--event", "config.reloaded", "--json"], capture_output=True,
+                           text=True, timeout=30)
+    assert shown.returncode == 0, shown.stderr
+    return [json.loads(line) for line in shown.stdout.splitlines()]
+
+
+async def test_reload_keeps_the_old_config_on_a_bad_file_and_restarts_a_changed_server_as_new(
+        four_servers: Path, tmp_path: Path) -> None:
+    await approve_all()
+    good = four_servers.read_text()
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("wb") as err:
+        host = await RawHost.start(SERVE, env=os.environ | GIT_SAFE, stderr=err)
+    try:
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert any(t["name"] == "time__get_current_time" for t in (await host.response(1, 60))["result"]["tools"])
+        four_servers.write_text(good + "\n= broken\n")  # a TOML error on the last line
+        with trio.fail_after(30):
+            while not reload_records():
+                await trio.sleep(0.2)
+        refused = reload_records()[-1]
+        assert refused["error"].startswith(f"{four_servers}: invalid TOML")
+        assert f"(at line {len(good.splitlines()) + 2}, column 1)" in refused["error"]
+        answer = await host.call(2, "time__get_current_time", {"timezone": "UTC"})
+        assert not answer["result"].get("isError"), answer  # the old config keeps working
+        changed = good.replace(f'command = {json.dumps(str(VENV_BIN / "mcp-server-time"))}\nargs = []',
+                               f'command = {json.dumps(str(VENV_BIN / "mcp-server-time"))}\n'
+                               'args = ["--local-timezone", "UTC"]')
+        assert changed != good
+        four_servers.write_text(changed)
+        with trio.fail_after(30):
+            while len(reload_records()) < 2:
+                await trio.sleep(0.2)
+        assert reload_records()[-1]["reason"] == "changed, started again as what it now is: time"
+        with trio.fail_after(30):  # hosts are told every list changed
+            while not any(m.get("method") == "notifications/tools/list_changed" for m in host.seen[-20:]):
+                await host.next_message()
+        await host.request(3, "tools/list")
+        names = {t["name"] for t in (await host.response(3, 60))["result"]["tools"]}
+        assert "git__git_status" in names
+        assert "time__get_current_time" not in names  # a new identity waits for approval
+        refused_call = await host.call(4, "time__get_current_time", {"timezone": "UTC"}, timeout=60)
+        assert "warden pins" in json.dumps(refused_call)
+        os.kill(host.process.pid, signal.SIGHUP)  # a reload with nothing changed is recorded too
+        with trio.fail_after(30):
+            while len(reload_records()) < 3:
+                await trio.sleep(0.2)
+        assert reload_records()[-1]["reason"] == "nothing changed"
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()
+        print(stderr.read_text()[-6000:])
+    text = stderr.read_text()
+    assert "reload refused, the servers keep running as they were" in text
+    assert "Traceback" not in text

@@ -22,7 +22,8 @@ record kind                      OCSF class                  why
 revoked``                                                    refers to): created, enabled by an approval, updated by a
                                                              server (a rug pull, severity High), disabled when revoked
 ``server.launched/exited/         Application Lifecycle      an MCP server is an application warden starts and stops;
-refused``, ``policy.loaded``     (6002)                      a refused start is a Start that failed, action Denied
+refused``, ``policy.loaded``,    (6002)                      a refused start is a Start that failed, action Denied
+``config.reloaded``                                          (and so is a refused reload)
 ``audit.opened/closed/recovered/ Event Log Activity (1008)  these are the audit log's own life: started, stopped,
 paused/resumed``                                             (Other: Recover) a torn tail cut after a crash, and
                                                              disabled (High: every action refused) while the disk
@@ -227,12 +228,13 @@ def _entity_management(r: Record, raw: bytes, origin: str) -> dict[str, Any]:
 
 
 _APP_ACTIVITY: Final = {Event.SERVER_LAUNCHED: (3, "Start"), Event.SERVER_EXITED: (4, "Stop"),
-                        Event.SERVER_REFUSED: (3, "Start"), Event.POLICY_LOADED: (_OTHER, "Policy Load")}
+                        Event.SERVER_REFUSED: (3, "Start"), Event.POLICY_LOADED: (_OTHER, "Policy Load"),
+                        Event.CONFIG_RELOADED: (_OTHER, "Config Reload")}
 
 
 def _application_lifecycle(r: Record, raw: bytes, origin: str) -> dict[str, Any]:
     activity_id, name = _APP_ACTIVITY[r.event]
-    refused = r.event is Event.SERVER_REFUSED
+    refused = r.event is Event.SERVER_REFUSED or (r.event is Event.CONFIG_RELOADED and r.error is not None)
     event = _base(r, raw, origin, class_uid=6002, activity_id=activity_id, activity_name=name,
                   severity_id=_MEDIUM if refused else _INFO, decided=refused or r.event is Event.POLICY_LOADED)
     app: dict[str, Any] = {"name": r.server_name or "warden"}
@@ -324,8 +326,8 @@ _OCSF: Final[dict[Event, Callable[[Record, bytes, str], dict[str, Any]]]] = {
     **dict.fromkeys((Event.PIN_CREATED, Event.PIN_APPROVED, Event.PIN_CHANGED, Event.PIN_REVOKED,
                      Event.PACKAGE_INTAKE, Event.PACKAGE_UPDATED, Event.AUTH_AUTHORIZED, Event.AUTH_REFRESHED),
                     _entity_management),
-    **dict.fromkeys((Event.SERVER_LAUNCHED, Event.SERVER_EXITED, Event.SERVER_REFUSED, Event.POLICY_LOADED),
-                    _application_lifecycle),
+    **dict.fromkeys((Event.SERVER_LAUNCHED, Event.SERVER_EXITED, Event.SERVER_REFUSED, Event.POLICY_LOADED,
+                     Event.CONFIG_RELOADED), _application_lifecycle),
     **dict.fromkeys((Event.AUDIT_OPENED, Event.AUDIT_CLOSED, Event.AUDIT_RECOVERED, Event.AUDIT_PAUSED,
                      Event.AUDIT_RESUMED), _event_log_activity),
     Event.SANDBOX_VIOLATION: _detection_finding,

@@ -89,6 +89,7 @@ class Event(enum.StrEnum):
     SERVER_EXITED = "server.exited"
     SERVER_REFUSED = "server.refused"
     POLICY_LOADED = "policy.loaded"
+    CONFIG_RELOADED = "config.reloaded"  # `warden serve` re-read its config: what changed, or why it kept the old
     PIN_CREATED = "pin.created"
     PIN_APPROVED = "pin.approved"
     PIN_CHANGED = "pin.changed"

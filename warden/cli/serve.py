@@ -17,6 +17,7 @@ import contextlib
 import json
 import logging
 import os
+import signal
 import time
 from collections.abc import Sequence
 from contextlib import AsyncExitStack
@@ -27,9 +28,11 @@ import trio
 
 from warden import audit, durable, logs
 from warden.cli._common import CommandContext, run_trio
-from warden.cli.run import ServerPlan, gateway_on, host_streams, plan_server, stop_on_signals
-from warden.errors import ConfigError
+from warden.cli.run import ServerPlan, gateway_on, host_streams, plan_server
+from warden.errors import ConfigError, WardenError
+from warden.gateway.core import Gateway
 from warden.gateway.hub import DEFAULT_SEPARATOR, Hub, Member, check_server_names
+from warden.gateway.pinwatch import watch_file
 from warden.gateway.stdio import StdioHost
 from warden.policy import host_process_session, load_effective_policy
 from warden.secrets import Redactor, load_redactor
@@ -115,7 +118,7 @@ async def _serve_stdio(ctx: CommandContext, plans: list[ServerPlan], options: Up
 async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
                     args: argparse.Namespace, host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
     """Serve one host on the given streams in front of every planned server, until it leaves or warden is told
-    to stop."""
+    to stop (SIGTERM, SIGINT). SIGHUP, or a change to the config file, reloads (:meth:`_Fleet.reload`)."""
     state_dir = ctx.private_state_dir()
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size,
                              redactor=redactor)
@@ -125,21 +128,22 @@ async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: Upstr
             log.warning("AUDIT IS OFF (--unsafe-no-audit): nothing these servers do is recorded")
         else:
             log_ = await stack.enter_async_context(audit.open_audit_log(state_dir, secrets=redactor.values))
-        members = []
-        for plan in plans:
-            plan.guard.namespaced = True
-            gateway, _ = await stack.enter_async_context(gateway_on(plan, options, log_))
-            members.append(Member(plan.name, gateway))
+        gateways = await stack.enter_async_context(trio.open_nursery())
+        stack.callback(gateways.cancel_scope.cancel)  # after the nursery below: upstreams stop before gateways
+        fleet = _Fleet(ctx, options, args, log_, channel, redactor, gateways)
+        members = [await fleet.add(plan) for plan in plans]
         nursery = await stack.enter_async_context(trio.open_nursery())
         if log_ is not None:
             nursery.start_soon(audit.cosign_in_background, state_dir)
-        hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait)
-        status = _StatusFile(state_dir, plans, hub, ctx.config_path)
+        fleet.hub = hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait)
+        status = _StatusFile(state_dir, fleet, ctx.config_path)
         nursery.start_soon(status.keep)
         host = StdioHost(channel, hub, question_timeout=options.max_request_time)
         host.link.session_key = host_process_session(os.getppid()) or host.link.session_key
         nursery.start_soon(channel.serve_writer)
-        nursery.start_soon(stop_on_signals, nursery.cancel_scope)
+        nursery.start_soon(fleet.signals, nursery.cancel_scope)
+        nursery.start_soon(fleet.reloads)
+        await nursery.start(watch_file, ctx.config_path, fleet.config_changed)
         try:
             if args.eager:
                 await hub.start_all()
@@ -149,6 +153,129 @@ async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: Upstr
             nursery.cancel_scope.cancel()
             status.remove()
     return 0
+
+
+class _Fleet:
+    """The servers one ``warden serve`` runs: each server's plan and the exit stack of its gateway, and the
+    reload that replaces them when the config changes."""
+
+    def __init__(self, ctx: CommandContext, options: UpstreamOptions, args: argparse.Namespace,
+                 log_: audit.AuditLog | None, channel: MessageChannel, redactor: Redactor,
+                 gateways: trio.Nursery) -> None:
+        self._ctx = ctx
+        self._options = options
+        self._args = args
+        self._log = log_
+        self._channel = channel
+        self._redactor = redactor
+        self._gateways = gateways
+        self.plans: dict[str, ServerPlan] = {}
+        self._scopes: dict[str, trio.CancelScope] = {}
+        self.hub: Hub | None = None
+        self._wanted = trio.Event()
+
+    async def add(self, plan: ServerPlan) -> Member:
+        """Open ``plan``'s gateway in a task of its own (its upstream starts on first use, in the hub); its names
+        are shown namespaced."""
+        plan.guard.namespaced = True
+        gateway, scope = await self._gateways.start(self._keep, plan)
+        self.plans[plan.name], self._scopes[plan.name] = plan, scope
+        return Member(plan.name, gateway)
+
+    async def _keep(self, plan: ServerPlan,
+                    task_status: trio.TaskStatus[tuple[Gateway, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
+        with trio.CancelScope() as scope:
+            async with gateway_on(plan, self._options, self._log) as (gateway, _):
+                task_status.started((gateway, scope))
+                await trio.sleep_forever()
+
+    async def signals(self, scope: trio.CancelScope) -> None:
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+            async for signum in signals:
+                if signum == signal.SIGHUP:
+                    log.warning("received SIGHUP; reloading %s", self._ctx.config_path)
+                    self._wanted.set()
+                    continue
+                log.warning("received %s; stopping", signal.Signals(signum).name)
+                scope.cancel()
+                return
+
+    async def config_changed(self) -> None:
+        self._wanted.set()
+
+    async def reloads(self) -> None:
+        """One reload at a time; changes that come while one runs (an editor writes a file in steps) make one
+        more."""
+        while True:
+            await self._wanted.wait()
+            await trio.sleep(0.2)
+            self._wanted = trio.Event()
+            await self.reload()
+
+    async def reload(self) -> None:
+        """Re-read the config and policy, and plan every server again, before anything changes. A bad file leaves
+        everything as it was and says why (file:line). Then a server whose launch identity or policy changed is
+        stopped and started again as what it now is (a changed identity waits for approval, as any new one does);
+        one no longer configured is stopped; one new is added. Each reload is a ``config.reloaded`` record."""
+        assert self.hub is not None
+        try:
+            names = _chosen(configured_servers(self._ctx), self._args.server, self._ctx.config_path)
+            check_server_names(names, self._args.separator)
+            plans = [await trio.to_thread.run_sync(plan_server, self._ctx, name, None, self._options)
+                     for name in names]
+        except WardenError as exc:
+            log.error("reload refused, the servers keep running as they were: %s", exc.message)
+            if exc.hint:
+                log.error("hint: %s", exc.hint)
+            await self._record(error=exc.message)
+            return
+        finally:
+            logs.use_redactor(self._redactor)  # planning set the last plan's; the process's is the union
+        changed = [p for p in plans if p.name in self.plans and _differs(p, self.plans[p.name])]
+        added = [p for p in plans if p.name not in self.plans]
+        removed = [name for name in self.plans if name not in names]
+        self._widen([v for p in changed + added for v in p.redactor.values])
+        retired = [self._scopes.pop(name) for name in [p.name for p in changed] + removed]
+        for name in removed:
+            del self.plans[name]
+        members = dict(self.hub.members)
+        for plan in changed + added:
+            members[plan.name] = await self.add(plan)
+        self.hub.replace([members[name] for name in names])  # stops the upstreams of what it no longer serves
+        for scope in retired:
+            scope.cancel()
+        summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
+            ("added", [p.name for p in added]), ("changed, started again as what it now is", [p.name for p in changed]),
+            ("removed", removed)) if items) or "nothing changed"
+        log.warning("config reloaded: %s", summary)
+        await self._record(reason=summary)
+        await self.hub.tell_changed()
+
+    def _widen(self, values: list[str]) -> None:
+        """Redact what a reload handed new servers on every channel, before any of them starts."""
+        if not values:
+            return
+        self._redactor = load_redactor(self._ctx.private_state_dir(), (*self._redactor.values, *values))
+        logs.use_redactor(self._redactor)
+        self._channel.redact_with(self._redactor)
+        if self._log is not None:
+            self._log.add_secrets(values)
+
+    async def _record(self, *, reason: str | None = None, error: str | None = None) -> None:
+        if self._log is None:
+            return
+        await self._log.append(audit.Record(
+            event=audit.Event.CONFIG_RELOADED, target=audit.bounded_text(str(self._ctx.config_path), 1024),
+            reason=audit.bounded_text(reason, 2048) if reason else None,
+            error=audit.bounded_text(error, 2048) if error else None))
+
+
+def _differs(new: ServerPlan, old: ServerPlan) -> bool:
+    """Whether a reload must start ``new`` in place of ``old``: its launch identity or its effective policy
+    changed (the policy's values: an edit elsewhere in the file changes the file's hash, not this server)."""
+    def values(plan: ServerPlan) -> dict[str, Any]:
+        return {k: v for k, v in plan.guard.policy.to_json().items() if k != "files"}
+    return new.guard.identity != old.guard.identity or values(new) != values(old)
 
 
 def sees(plan: ServerPlan) -> dict[str, Any]:
@@ -165,17 +292,17 @@ class _StatusFile:
     """``<state>/serve/<pid>.json``: what this process serves and how each server is doing, rewritten (atomic
     replace, 0600) within a second of any change."""
 
-    def __init__(self, state_dir: Path, plans: list[ServerPlan], hub: Hub, config: Path) -> None:
+    def __init__(self, state_dir: Path, fleet: _Fleet, config: Path) -> None:
         self._dir = state_dir / STATUS_DIR
         self.path = self._dir / f"{os.getpid()}.json"
-        self._sees = {plan.name: sees(plan) for plan in plans}
-        self._hub = hub
+        self._fleet = fleet
         self._head = {"pid": os.getpid(), "started": time.time(), "config": str(config)}
         self._written: bytes | None = None
 
     def snapshot(self) -> dict[str, Any]:
-        return {**self._head, "servers": [{**m.status(), "sandbox": self._sees[name]}
-                                          for name, m in self._hub.members.items()]}
+        assert self._fleet.hub is not None
+        return {**self._head, "servers": [{**m.status(), "sandbox": sees(self._fleet.plans[name])}
+                                          for name, m in self._fleet.hub.members.items()]}
 
     async def keep(self) -> None:
         await trio.to_thread.run_sync(lambda: self._dir.mkdir(mode=0o700, exist_ok=True))

@@ -127,6 +127,8 @@ class Member:
         self.name = name
         self.gateway = gateway
         self.started = False
+        self.scope = trio.CancelScope()
+        """Its upstream runs inside: cancelled when a reload retires the server."""
         self.calls = 0
         self.refused = 0
         """Calls answered with a JSON-RPC error: refused by policy, or failed (a tool's own ``isError`` is not)."""
@@ -258,7 +260,42 @@ class Hub:
         member.started = True
         if self._legacy_host:
             member.gateway.upstream.expect_legacy_host()
-        await self._background.start(member.gateway.upstream.run)
+        await self._background.start(self._run, member)
+
+    @staticmethod
+    async def _run(member: Member, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        with member.scope:
+            await member.gateway.upstream.run(task_status=task_status)
+
+    def replace(self, members: Sequence[Member]) -> list[Member]:
+        """Serve ``members`` from now on (a reload) and return those no longer served, their upstreams cancelled;
+        hosts are then told every list changed (:meth:`tell_changed`).
+
+        Raises:
+            ConfigError: from :func:`check_server_names`; nothing changes.
+        """
+        check_server_names([m.name for m in members], self._separator)
+        kept = {m.name: m for m in members}
+        gone = [m for name, m in self.members.items() if kept.get(name) is not m]
+        for subs in self._links.values():
+            for member in gone:
+                sub = subs.pop(member.name, None)
+                if sub is not None:
+                    member.gateway.detach(sub)
+        for member in gone:
+            member.scope.cancel()
+            self._templates.pop(member.name, None)
+        self.members = kept
+        self._uris, self._contested, self._resources_known = {}, {}, False
+        return gone
+
+    async def tell_changed(self) -> None:
+        """Tell every legacy host that every list may have changed (a server came up, or a reload)."""
+        for link in list(self._links):
+            if link.legacy is not None and link.unsolicited is not None:
+                for method in _CHANGED:
+                    with contextlib.suppress(trio.ClosedResourceError):
+                        await link.unsolicited.send(encode_notification(method, None))
 
     async def _sub(self, link: HostLink, member: Member) -> HostLink:
         """The host's link to ``member`` (made on first use, and told the host's log level)."""
@@ -443,11 +480,7 @@ class Hub:
             return
         finally:
             self._awaited.discard(member.name)
-        for link in list(self._links):
-            if link.legacy is not None and link.unsolicited is not None:
-                for method in _CHANGED:
-                    with contextlib.suppress(trio.ClosedResourceError):
-                        await link.unsolicited.send(encode_notification(method, None))
+        await self.tell_changed()
 
     # -- routed requests -----------------------------------------------------------------------------------------
 

@@ -149,6 +149,11 @@ class MessageChannel:
         reason = f"message of {frame.size}+ bytes exceeds the {self._framer.max_message_size}-byte limit"
         return Invalid(INVALID_REQUEST, reason, id_raw, is_request, frame.prefix)
 
+    def redact_with(self, redactor: Redactor) -> None:
+        """Redact with ``redactor`` from the next message on (a wider registry: ``warden serve`` reloaded its
+        config and a new server was handed values)."""
+        self._redactor = redactor if redactor else None
+
     async def send(self, message: bytes) -> None:
         """Write or queue one encoded message (without newline); waits while the outbox is over budget.
 
