@@ -209,3 +209,38 @@ def test_templates_match_their_expansions_only() -> None:
         assert not any(compiled.fullmatch(u) for u in bad), template
     for broken in ("a{", "a}b", "x{}", "x{!y}", "{a}" * 17):
         assert template_pattern(broken) is None
+
+
+async def flood_then_answer(server: ScriptedServer) -> None:
+    """Send 3,000 log notifications, then answer the call."""
+    call = server.seen[-1]
+    for n in range(3000):
+        await server.send({"method": "notifications/message", "params": {"level": "info", "data": f"flood {n}"}})
+    await server.answer(call, {"content": [{"type": "text", "text": "flooded"}]})
+
+
+@pytest.mark.trio
+async def test_a_flooding_server_is_read_at_its_rate_and_does_not_slow_another(tmp_path: Path) -> None:
+    """Past ``notification_rate`` warden stops reading the flooding server (its pipe fills, it waits), so the flood
+    costs the others nothing: every notification still arrives, at the rate."""
+    options = UpstreamOptions(notification_rate=2000.0, notification_burst=1000)
+
+    async def flooding(server: ScriptedServer) -> None:
+        await legacy_server(server, on_call=flood_then_answer)
+
+    async with hub_in_process(tmp_path, {"flood": flooding, "calm": legacy_server}, options=options) as (
+            host, _hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        await host.response(1)
+        started = trio.current_time()
+        await host.request(2, "tools/call", {"name": "flood__hang", "arguments": {}})
+        for n in range(20):
+            await host.request(100 + n, "tools/call", {"name": "calm__echo", "arguments": {}})
+            assert (await host.response(100 + n))["result"]["content"][0]["text"] == "echo"
+        calm = trio.current_time() - started
+        assert (await host.response(2))["result"]["content"][0]["text"] == "flooded"
+        flood = trio.current_time() - started
+    assert sum(1 for m in host.seen if m.get("method") == "notifications/message") >= 3000
+    assert flood >= 0.9  # 2,000 past the burst of 1,000, at 2,000/s
+    assert calm < flood

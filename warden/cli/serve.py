@@ -62,6 +62,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="how long a list waits for each server before answering without it (default 10)")
     parser.add_argument("--max-restarts", type=int, default=5, metavar="N",
                         help="mark a server failed after N quick crashes in a row (default 5)")
+    parser.add_argument("--notification-rate", type=float, default=500.0, metavar="N",
+                        help="read at most N notifications a second from each server, after a burst of 1000, so "
+                             "one that floods cannot slow the others (default 500)")
     parser.add_argument("--request-timeout", type=float, default=50.0, metavar="SECONDS",
                         help="per-request timeout, reset by progress (default 50)")
     parser.add_argument("--max-request-time", type=float, default=600.0, metavar="SECONDS",
@@ -89,7 +92,7 @@ def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         names = _chosen(configured_servers(ctx), args.server, ctx.config_path)
         check_server_names(names, args.separator)
         options = UpstreamOptions(request_timeout=args.request_timeout, max_request_time=args.max_request_time,
-                                  max_restarts=args.max_restarts)
+                                  max_restarts=args.max_restarts, notification_rate=args.notification_rate)
         plans = [plan_server(ctx, name, None, options) for name in names]
         redactor = load_redactor(ctx.private_state_dir(), tuple(v for p in plans for v in p.redactor.values))
         logs.use_redactor(redactor)  # one process: every server's handed values, on every channel

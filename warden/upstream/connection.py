@@ -107,6 +107,11 @@ class UpstreamOptions:
     terminate_grace: float = 2.0
     restart_backoff: float = 0.5
     restart_backoff_max: float = 30.0
+    notification_rate: float | None = None
+    """Most notifications (progress included) per second warden reads from the server, after a burst of
+    ``notification_burst``: past it warden stops reading until the rate allows, so the server's pipe fills and it
+    waits. A flood then costs warden nothing and cannot slow other servers (``warden serve``); None reads all."""
+    notification_burst: int = 1000
     max_restarts: int | None = None
     """After this many ends in a row, each within a minute of its start, the server is marked failed and not
     started again (``warden serve``); None restarts it for as long as warden runs (``warden run``)."""
@@ -312,6 +317,8 @@ class _Session:
         """Progress tokens kept routed past their request, by task id (MS11)."""
         self._rearm = trio.Event()
         self._armed_for = math.inf
+        self._next_slot = -math.inf
+        """When the next notification may be read, under ``notification_rate``."""
         self.closed = trio.Event()
         self.eof = trio.Event()
 
@@ -426,8 +433,10 @@ class _Session:
         if isinstance(event, Answered | Dropped):
             self._settled(event)
         elif isinstance(event, IncomingNotification):
+            await self._paced()
             await self._upstream.handler.on_notification(event.notification.method, event.notification.params)
         elif isinstance(event, Progress):
+            await self._paced()
             on_progress = event.pending.waiter.on_progress
             if on_progress is not None:
                 await on_progress(event.params)
@@ -439,6 +448,20 @@ class _Session:
                 scope.cancel()
         else:
             await self._on_invalid(event)
+
+    async def _paced(self) -> None:
+        """Hold the reader while the server is past its notification rate (a GCRA: each notification books the
+        next slot, and more than a burst's worth of booked time ahead waits)."""
+        options = self._upstream.options
+        if options.notification_rate is None:
+            return
+        interval = 1 / options.notification_rate
+        now = trio.current_time()
+        ahead = self._next_slot - now - options.notification_burst * interval
+        if ahead > 0:
+            await trio.sleep(ahead)
+            now = trio.current_time()
+        self._next_slot = max(self._next_slot, now) + interval
 
     def _settled(self, event: Answered[_Waiter] | Dropped) -> None:
         if isinstance(event, Answered):
