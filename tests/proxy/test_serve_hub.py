@@ -244,3 +244,16 @@ async def test_a_flooding_server_is_read_at_its_rate_and_does_not_slow_another(t
     assert sum(1 for m in host.seen if m.get("method") == "notifications/message") >= 3000
     assert flood >= 0.9  # 2,000 past the burst of 1,000, at 2,000/s
     assert calm < flood
+
+
+@pytest.mark.trio
+async def test_a_name_too_long_once_namespaced_is_left_out_and_reported(tmp_path: Path) -> None:
+    long = "t" * 122  # fine for the server; "named__" makes it 129
+    fits = "u" * 124  # "ab__" makes it exactly 128
+    async with hub_in_process(tmp_path, {"named": resource_server([], [], (long, "short")),
+                                         "ab": resource_server([], [], (fits,))}) as (host, hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        names = [t["name"] for t in (await host.response(1))["result"]["tools"]]
+    assert names == ["named__short", f"ab__{fits}"]
+    assert hub.members["named"].status()["left_out"] == [long]

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from warden import logs
-from warden.cli._common import CommandContext
+from warden.cli._common import CommandContext, print_error
 from warden.cli.serve import STATUS_DIR, configured_servers
+from warden.errors import ConfigError
 from warden.escape import for_terminal
 
 _MAX_STATUS_FILE = 1 << 20
@@ -49,17 +50,26 @@ def running(state_dir: Path) -> list[dict[str, Any]]:
 
 
 def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
-    configured = configured_servers(ctx)
+    """Exit 0; 2 when the config cannot be read (what is running is still shown, and the error after it)."""
     serving = running(ctx.private_state_dir())
+    broken: ConfigError | None = None
+    try:
+        configured = configured_servers(ctx)
+    except ConfigError as exc:  # a broken config must not hide what is running
+        configured, broken = [], exc
+    code = 0 if broken is None else 2
     served = {str(s.get("name")) for status in serving for s in status["servers"] if isinstance(s, dict)}
     idle = [name for name in configured if name not in served]
+    if broken is not None:
+        print_error(f"{broken.message} (configured servers not shown)")
     if args.json:
         print(logs.shown(json.dumps({"serving": serving, "not_served": idle}, indent=2, sort_keys=True),
                          keep_newlines=True))
-        return 0
+        return code
     if not serving and not configured:
-        print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running"))
-        return 0
+        if broken is None:
+            print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running"))
+        return code
     rows = [("SERVER", "STATE", "ERA", "SANDBOX", "PINS", "RESTARTS", "CALLS", "REFUSED", "SEES")]
     errors: list[str] = []
     for status in serving:
@@ -77,7 +87,7 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                          + "  " + row[-1]))
     for line in errors:
         print(logs.shown(f"last error of {line}", limit=400))
-    return 0
+    return code
 
 
 def _kind(sandbox: object) -> str:
