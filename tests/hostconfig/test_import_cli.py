@@ -332,3 +332,44 @@ def test_a_symlinked_host_file_stays_a_link(home: Path, isolated_env: Path, tmp_
     assert warden(home, "import", "--undo").returncode == 0
     assert link.is_symlink()
     assert target.read_bytes() == raw
+
+
+def test_import_serve_writes_one_warden_serve_entry_per_server_map_and_undo_restores(home: Path,
+                                                                                   isolated_env: Path) -> None:
+    """``--serve``: the three entries become one, named ``warden``, where the first was; it starts ``warden serve``
+    with exactly the imported servers, and the host reads it as an ordinary stdio entry."""
+    from warden.cli.serve import serve_command
+
+    path = desktop_file(home)
+    original = path.read_bytes()
+    config = Path(os.environ["WARDEN_CONFIG"])
+    r = warden(home, "import", "--serve", "--only", "filesystem", "--only", "time")
+    assert r.returncode == 0, r.stderr
+    servers = host_reads("claude-desktop", path.read_bytes())
+    assert list(servers) == ["warden", "github"]  # in the first imported entry's place; github left as it was
+    assert servers["github"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": TOKEN}
+    entry = servers["warden"]
+    assert entry["command"] == str(Path(WARDEN).resolve())
+    args = build_parser().parse_args(entry["args"])
+    assert (args.func, args.server, args.config, args.state_dir) == (serve_command, ["filesystem", "time"],
+                                                                     str(config), str(isolated_env))
+    assert set(tomllib.loads(config.read_text())["servers"]) == {"filesystem", "time"}
+    assert warden(home, "import", "--undo").returncode == 0
+    assert path.read_bytes() == original
+
+
+def test_import_serve_refuses_what_one_serve_entry_cannot_carry(home: Path, isolated_env: Path) -> None:
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"mcpServers": {
+        "remote": {"url": "https://mcp.example.com/mcp", "headers": {"Authorization": f"Bearer {TOKEN}"}},
+        "warden": {"command": "something-else"},
+        "time": {"command": "uvx", "args": ["mcp-server-time"]}}}))
+    before = snapshot(home)
+    r = warden(home, "import", "--serve", "--only", "remote", "--only", "time", str(path))
+    assert r.returncode == 2
+    assert "mcpServers.remote: sends HTTP headers, which `warden serve` does not carry yet" in r.stderr
+    assert "mcpServers.warden exists and is not imported" in r.stderr
+    assert "nothing was imported or written" in r.stderr
+    assert TOKEN not in r.stdout + r.stderr
+    assert snapshot(home) == before

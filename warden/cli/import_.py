@@ -48,6 +48,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                                                       "else its content)")
     parser.add_argument("--only", action="append", default=[], metavar="NAME",
                         help="import only this entry (repeatable); the others stay as they are")
+    parser.add_argument("--serve", action="store_true",
+                        help="rewrite a file's imported entries into one entry named 'warden' that starts `warden "
+                             "serve --server NAME ...` (every server behind one warden), not one `warden run` each")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
     mode.add_argument("--undo", action="store_true", help="restore the files of the last import byte for byte")
@@ -133,7 +136,7 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
 
     plan = build_plan(files, config_path=ctx.config_path, config_before=config_before, existing_servers=existing,
                       warden_argv=_warden_argv(ctx), home=str(Path(ctx.env.get("HOME") or Path.home())),
-                      existing_secret=existing_secret, only=args.only)
+                      existing_secret=existing_secret, only=args.only, serve=args.serve)
     _check_like_run(ctx, plan, store)
     redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
     _print(plan.describe(), redactor)

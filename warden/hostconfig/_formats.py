@@ -32,8 +32,8 @@ from typing import Any, Final, Literal, final
 
 from warden.errors import ConfigError
 
-__all__ = ["HOSTS", "HostEntry", "HostFile", "HostKind", "default_paths", "detect_host", "dump_host_document",
-           "host_reference", "parse_host_file", "replace_entries", "strip_jsonc"]
+__all__ = ["HOSTS", "REMOVED", "HostEntry", "HostFile", "HostKind", "Renamed", "default_paths", "detect_host",
+           "dump_host_document", "host_reference", "parse_host_file", "replace_entries", "strip_jsonc"]
 
 HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "mcp-json"]
 HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "mcp-json")
@@ -348,8 +348,22 @@ def dump_host_document(host_file: HostFile, doc: Mapping[str, Any]) -> bytes:
     return text.encode("utf-8")
 
 
+@final
+@dataclass(frozen=True, slots=True)
+class Renamed:
+    """A replacement that also renames the entry (in its place: the keys around it keep their order)."""
+
+    key: str
+    value: Any
+
+
+REMOVED: Final = object()
+"""A replacement that drops the entry."""
+
+
 def replace_entries(doc: Mapping[str, Any], replacements: Mapping[tuple[str, ...], Any]) -> dict[str, Any]:
-    """A copy of ``doc`` with the entry at each key path replaced, every other key (and its order) kept."""
+    """A copy of ``doc`` with the entry at each key path replaced (or :class:`Renamed`, or :data:`REMOVED`),
+    every other key (and its order) kept."""
     def walk(node: Any, prefix: tuple[str, ...]) -> Any:
         if not isinstance(node, dict):
             return node
@@ -357,7 +371,11 @@ def replace_entries(doc: Mapping[str, Any], replacements: Mapping[tuple[str, ...
         for key, value in node.items():
             here = (*prefix, key)
             if here in replacements:
-                out[key] = replacements[here]
+                replacement = replacements[here]
+                if isinstance(replacement, Renamed):
+                    out[replacement.key] = replacement.value
+                elif replacement is not REMOVED:
+                    out[key] = replacement
             elif any(p[:len(here)] == here for p in replacements):
                 out[key] = walk(value, here)
             else:

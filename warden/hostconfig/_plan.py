@@ -36,7 +36,15 @@ from pathlib import Path, PurePath
 from typing import Any, Final, Literal, final
 
 from warden.errors import ConfigError
-from warden.hostconfig._formats import HostEntry, HostFile, dump_host_document, host_reference, replace_entries
+from warden.hostconfig._formats import (
+    REMOVED,
+    HostEntry,
+    HostFile,
+    Renamed,
+    dump_host_document,
+    host_reference,
+    replace_entries,
+)
 from warden.secrets import MIN_SECRET_LENGTH, looks_secret
 
 __all__ = ["ImportPlan", "ProposedDir", "ServerImport", "build_plan", "server_name_for", "toml_string"]
@@ -411,12 +419,54 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
                         host_env=host_env, headers=tuple(headers), dirs=tuple(dirs), rewritten=rewritten)
 
 
+SERVE_ENTRY: Final = "warden"
+"""The key of the one entry ``warden import --serve`` writes in place of a host file's imported entries."""
+
+
+def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_argv: Sequence[str],
+                        problems: list[str]) -> dict[tuple[str, ...], Any]:
+    """``--serve``: the imported entries of each server map of ``f`` become one ``warden serve --server NAME ...``
+    entry, named :data:`SERVE_ENTRY`, where the first of them was; the others are removed."""
+    groups: dict[tuple[str, ...], list[ServerImport]] = {}
+    for s in servers:
+        groups.setdefault(s.entry.where[:-1], []).append(s)
+    replacements: dict[tuple[str, ...], Any] = {}
+    for container, group in groups.items():
+        taken = {s.entry.where[-1] for s in group}
+        others = {e.where[-1] for e in f.entries if e.where[:-1] == container} - taken
+        if SERVE_ENTRY in others:
+            problems.append(f"{f.path}: {'.'.join((*container, SERVE_ENTRY))} exists and is not imported: rename it, "
+                            "or import without --serve")
+        env: dict[str, str] = {}
+        for s in group:
+            if s.headers:
+                problems.append(f"{f.path}: {s.entry.label}: sends HTTP headers, which `warden serve` does not carry "
+                                "yet: import it without --serve (or leave it out with --only)")
+            for var, value in s.host_env.items():
+                if env.setdefault(var, value) != value:
+                    problems.append(f"{f.path}: {s.entry.label}: env {var} differs from another entry's; one "
+                                    "`warden serve` entry cannot give both: import without --serve")
+        entry: dict[str, Any] = {}
+        if any(s.entry.type is not None for s in group) or f.host == "vscode":
+            entry["type"] = "stdio"
+        entry["command"] = warden_argv[0]
+        entry["args"] = [*warden_argv[1:], "serve", *(a for s in group for a in ("--server", s.name))]
+        if env:
+            entry["env"] = env
+        replacements[group[0].entry.where] = Renamed(SERVE_ENTRY, entry)
+        replacements.update(dict.fromkeys((s.entry.where for s in group[1:]), REMOVED))
+    return replacements
+
+
 def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: bytes | None,
                existing_servers: Mapping[str, str], warden_argv: Sequence[str], home: str,
-               existing_secret: Callable[[str], str | None], only: Sequence[str] = ()) -> ImportPlan:
+               existing_secret: Callable[[str], str | None], only: Sequence[str] = (),
+               serve: bool = False) -> ImportPlan:
     """Decide the whole import (see the module docstring); ``existing_servers`` maps the names already in warden's
     config to where they are, ``existing_secret`` returns a secret's current value or None. What ``warden run``
     would refuse about the resulting config is checked by the caller on the config text (``config_after``).
+    ``serve`` rewrites each file's imported entries into one ``warden serve`` entry instead of one ``warden run``
+    entry each.
 
     Raises:
         ConfigError: every problem of every entry, one per line, each naming the entry and the fix; nothing is
@@ -456,6 +506,9 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
                     skipped.append(f"{where}: warden run options not carried over: {' '.join(wrapped.dropped)}")
             seen[name] = where
             servers.append(_import_entry(f, entry, name, warden_argv, home, existing_secret, problems, granted))
+    replacements = {f.path: _serve_replacements(f, [s for s in servers if s.source == f.path], warden_argv,
+                                                problems) if serve else
+                    {s.entry.where: dict(s.rewritten) for s in servers if s.source == f.path} for f in files}
     missing = wanted - {s.entry.name for s in servers} - {e.name for f in files for e in f.entries}
     if missing:
         paths = ", ".join(str(f.path) for f in files)
@@ -472,8 +525,8 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
     after = before + separator + tables.encode("utf-8")
     host_after = {}
     for f in files:
-        replacements = {s.entry.where: dict(s.rewritten) for s in servers if s.source == f.path}
-        host_after[f.path] = dump_host_document(f, replace_entries(f.doc, replacements)) if replacements else f.raw
+        mine = replacements[f.path]
+        host_after[f.path] = dump_host_document(f, replace_entries(f.doc, mine)) if mine else f.raw
     return ImportPlan(files=tuple(files), servers=tuple(servers), config_path=config_path,
                       config_before=config_before, config_after=after, host_after=host_after,
                       notes=tuple(skipped))
