@@ -182,15 +182,17 @@ class ScriptedHost:
 
 
 async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, *, options: UpstreamOptions,
-                        user_policy: str = "", name: str = "scripted", start: bool = True) -> Gateway:
+                        user_policy: str = "", name: str = "scripted", start: bool = True,
+                        on_new: str = "tofu", store: PinStore | None = None) -> Gateway:
     """warden's real gateway and upstream (started in ``nursery`` unless not ``start``) in front of ``connector``,
-    trusting on first use, audit off (the audit log has its own batteries). ``user_policy`` is TOML appended to the
-    user policy after its ``[defaults]`` table (a ``[defaults.capabilities]`` table, say)."""
+    trusting on first use unless ``on_new`` says otherwise, audit off (the audit log has its own batteries).
+    ``user_policy`` is TOML appended to the user policy after its ``[defaults]`` table (a
+    ``[defaults.capabilities]`` table, say); ``store`` is a pin store to share (default: one of its own)."""
     state = tmp / "state"
     state.mkdir(mode=0o700, exist_ok=True)
-    user = f'[defaults]\non_new = "tofu"\n{user_policy}\n'
+    user = f'[defaults]\non_new = "{on_new}"\n{user_policy}\n'
     policy = policy_from(tmp, user=user).server(name, (name,))
-    guard = Guard(policy=policy, store=PinStore(state), manifest={"command": [name]})
+    guard = Guard(policy=policy, store=store or PinStore(state), manifest={"command": [name]})
     recorder = Recorder(None, server=name, server_id=guard.identity, policy_digest=guard.policy.digest,
                         sandbox_digest="0" * 64, detail=guard.policy.audit_arguments.value)
     await recorder.pins(await guard.observe_identity())
@@ -224,18 +226,23 @@ async def gateway_in_process(tmp: Path, script: Script, *,
 
 @asynccontextmanager
 async def hub_in_process(tmp: Path, scripts: dict[str, Script], *, options: UpstreamOptions | None = None,
-                         list_wait: float = 10.0) -> AsyncIterator[tuple[ScriptedHost, Hub,
-                                                                          dict[str, MemoryConnector]]]:
-    """``warden serve``'s hub in front of one real gateway per script (named by its key), each upstream started
-    by the hub on first use, with a scripted host on the stdio face."""
+                         list_wait: float = 10.0, on_new: str = "tofu") -> AsyncIterator[
+                             tuple[ScriptedHost, Hub, dict[str, MemoryConnector]]]:
+    """``warden serve``'s hub in front of one real gateway per script (named by its key), sharing one pin store
+    as ``warden serve``'s do, each upstream started by the hub on first use, with a scripted host on the stdio
+    face."""
     options = options or UpstreamOptions()
     connectors = {name: MemoryConnector(script, options.max_message_size) for name, script in scripts.items()}
     host_side, warden_side = trio.testing.memory_stream_pair()
+    (tmp / "state").mkdir(mode=0o700, exist_ok=True)
+    store = PinStore(tmp / "state")
     async with trio.open_nursery() as nursery:
         members = [Member(name, await start_gateway(tmp, connector, nursery, options=options, name=name,
-                                                    start=False)) for name, connector in connectors.items()]
+                                                    start=False, on_new=on_new, store=store))
+                   for name, connector in connectors.items()]
         for member in members:
             member.gateway.guard.namespaced = True
+            await member.gateway.watch_pins()  # as warden serve's gateways do
         hub = Hub(members, background=nursery, list_wait=list_wait)
         channel = MessageChannel(warden_side, warden_side, name="host")
         face = StdioHost(channel, hub, question_timeout=options.max_request_time)

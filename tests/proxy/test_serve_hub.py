@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.gateway_harness import TOOLS, ScriptedServer, hub_in_process, legacy_server
 from warden.errors import ConfigError
 from warden.gateway.hub import check_server_names, split_name
+from warden.policy import PinStore
 from warden.protocol.uri_template import template_pattern
 from warden.upstream.connection import UpstreamOptions
 
@@ -257,3 +258,26 @@ async def test_a_name_too_long_once_namespaced_is_left_out_and_reported(tmp_path
         names = [t["name"] for t in (await host.response(1))["result"]["tools"]]
     assert names == ["named__short", f"ab__{fits}"]
     assert hub.members["named"].status()["left_out"] == [long]
+
+
+@pytest.mark.trio
+async def test_an_approval_made_elsewhere_reaches_the_host_for_every_server_sharing_the_store(
+        tmp_path: Path) -> None:
+    """The servers of one serve share one pin store: an approval written by another process (``warden pins
+    approve``) is heard by every server's gateway, not only the first to re-read the file."""
+    async with hub_in_process(tmp_path, {"alpha": legacy_server, "beta": legacy_server}, on_new="ask") as (
+            host, _hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert (await host.response(1))["result"]["tools"] == []  # everything waits for approval
+        elsewhere = PinStore(tmp_path / "state")  # as `warden pins approve` would, in its own process
+        for server in ("alpha", "beta"):
+            elsewhere.approve(server)
+        with trio.fail_after(10):
+            changed = 0
+            while changed < 2:  # one list_changed from each server's gateway
+                message = await host.receive()
+                changed += message is not None and message.get("method") == "notifications/tools/list_changed"
+        await host.request(2, "tools/list")
+        names = [t["name"] for t in (await host.response(2))["result"]["tools"]]
+        assert names == ["alpha__echo", "alpha__hang", "beta__echo", "beta__hang"]

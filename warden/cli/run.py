@@ -327,9 +327,12 @@ def with_dirs(server: ServerPolicy, read_dirs: Sequence[str], write_dirs: Sequen
 
 def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
                 options: UpstreamOptions, *, http_headers: Sequence[str] = (), read_dirs: Sequence[str] = (),
-                write_dirs: Sequence[str] = (), oauth: Mapping[str, Any] | None = None) -> ServerPlan:
+                write_dirs: Sequence[str] = (), oauth: Mapping[str, Any] | None = None,
+                store: PinStore | None = None) -> ServerPlan:
     """Load the effective policy for ``name``, decide the launch, build its sandbox and identity. ``read_dirs`` and
-    ``write_dirs`` come from ``--read`` / ``--write`` (see :func:`with_dirs`); ``oauth`` holds the OAuth options.
+    ``write_dirs`` come from ``--read`` / ``--write`` (see :func:`with_dirs`); ``oauth`` holds the OAuth options;
+    ``store`` is the pin store to share (``warden serve``'s servers share one: one copy in memory, one re-read
+    per change).
 
     Raises:
         ConfigError: the config or org policy is invalid (nothing runs until it is fixed).
@@ -338,7 +341,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
     policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=ctx.config_required)
     server = with_dirs(policy.server(name, argv), read_dirs, write_dirs)
     state_dir = ctx.private_state_dir()
-    store = PinStore(state_dir)
+    store = store or PinStore(state_dir)
     env, missing = resolve_env(server.env_values, ctx.env, SecretStore(state_dir).get)
     unpassed = unpassed_env_warning(name, server.argv, server.env_values, ctx.env, str(ctx.config_path))
     if unpassed:

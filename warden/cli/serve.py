@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -34,7 +35,7 @@ from warden.gateway.core import Gateway
 from warden.gateway.hub import DEFAULT_SEPARATOR, Hub, Member, check_server_names
 from warden.gateway.pinwatch import watch_file
 from warden.gateway.stdio import StdioHost
-from warden.policy import host_process_session, load_effective_policy
+from warden.policy import PinStore, host_process_session, load_effective_policy
 from warden.secrets import Redactor, load_redactor
 from warden.transport.channel import MessageChannel
 from warden.upstream.connection import UpstreamOptions
@@ -93,7 +94,8 @@ def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         check_server_names(names, args.separator)
         options = UpstreamOptions(request_timeout=args.request_timeout, max_request_time=args.max_request_time,
                                   max_restarts=args.max_restarts, notification_rate=args.notification_rate)
-        plans = [plan_server(ctx, name, None, options) for name in names]
+        store = PinStore(ctx.private_state_dir())
+        plans = [plan_server(ctx, name, None, options, store=store) for name in names]
         redactor = load_redactor(ctx.private_state_dir(), tuple(v for p in plans for v in p.redactor.values))
         logs.use_redactor(redactor)  # one process: every server's handed values, on every channel
         return run_trio(_serve_stdio, ctx, plans, options, redactor, args)
@@ -224,7 +226,9 @@ class _Fleet:
         try:
             names = _chosen(configured_servers(self._ctx), self._args.server, self._ctx.config_path)
             check_server_names(names, self._args.separator)
-            plans = [await trio.to_thread.run_sync(plan_server, self._ctx, name, None, self._options)
+            store = next(iter(self.plans.values())).guard.store  # the one every server of this serve shares
+            plans = [await trio.to_thread.run_sync(functools.partial(plan_server, self._ctx, name, None,
+                                                                     self._options, store=store))
                      for name in names]
         except WardenError as exc:
             log.error("reload refused, the servers keep running as they were: %s", exc.message)

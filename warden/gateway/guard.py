@@ -128,6 +128,7 @@ class Guard:
         self._declined: set[tuple[tuple[EntryKind, str, str], ...]] = set()
         self._instructions_digest: str | None = None
         self._watched = False
+        self._generation = 0
 
     @property
     def server(self) -> str:
@@ -139,10 +140,15 @@ class Guard:
         """The pin store is watched (:mod:`warden.gateway.pinwatch`): it is re-read when the watch sees it
         change, instead of a ``stat`` on every decision."""
         self._watched = on
+        self._generation = self.store.generation
 
     def pins_changed(self) -> bool:
-        """The watch saw the store's file change: re-read it. False when it was this process's own write."""
-        return self.store.refresh()
+        """The watch saw the store's file change: re-read it. False when it was this process's own write (the
+        store may be shared by several guards: each compares the store's count of outside changes with the
+        last it saw, so every one of them hears of an approval made elsewhere)."""
+        self.store.refresh()
+        seen, self._generation = self._generation, self.store.generation
+        return seen != self._generation
 
     def _fresh(self) -> None:
         if not self._watched:

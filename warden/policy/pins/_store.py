@@ -181,6 +181,9 @@ class PinStore:
         self._clock = clock
         self._stamp: tuple[int, int, int, int] | None = None
         self._data = _File(format=FORMAT)
+        self.generation = 0
+        """Counts the times this store found the file changed by someone else (another process): never by its
+        own writes. Each reader sharing the store (``warden serve``'s gateways) compares it with what it saw."""
 
     @property
     def path(self) -> Path:
@@ -226,6 +229,7 @@ class PinStore:
             raise StateError(f"cannot stat {self._path}: {exc.strerror}") from exc
         if stamp != self._stamp or (stamp is None and self._data.servers):
             self._data, self._stamp = self._read()
+            self.generation += 1
             return True
         return False
 
@@ -274,7 +278,9 @@ class PinStore:
     @contextlib.contextmanager
     def _update(self) -> Iterator[_File]:
         with exclusive_lock(self._lock_path):
-            data, _ = self._read()
+            data, stamp = self._read()
+            if stamp != self._stamp:  # another process wrote since this store last looked
+                self.generation += 1
             before = data.model_dump_json()
             yield data
             if data.model_dump_json() != before:
