@@ -371,5 +371,9 @@ def test_import_serve_refuses_what_one_serve_entry_cannot_carry(home: Path, isol
     assert "mcpServers.remote: sends HTTP headers, which `warden serve` does not carry yet" in r.stderr
     assert "mcpServers.warden exists and is not imported" in r.stderr
     assert "nothing was imported or written" in r.stderr
+    lines = r.stderr.splitlines()  # one problem per line, each indented under the error
+    assert any(line.startswith("warden:   ") and "mcpServers.remote: sends HTTP headers" in line for line in lines)
+    assert any(line.startswith("warden:   ") and "mcpServers.warden exists" in line for line in lines)
+    assert "\\n" not in r.stderr
     assert TOKEN not in r.stdout + r.stderr
     assert snapshot(home) == before

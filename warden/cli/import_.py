@@ -18,7 +18,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from warden.cli._common import CommandContext
+from warden.cli._common import CommandContext, print_error
 from warden.cli.policy import launch_problems
 from warden.errors import ConfigError
 from warden.escape import for_terminal
@@ -134,10 +134,17 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     def existing_secret(name: str) -> str | None:
         return store.get(name) if name in store.names() else None
 
-    plan = build_plan(files, config_path=ctx.config_path, config_before=config_before, existing_servers=existing,
-                      warden_argv=_warden_argv(ctx), home=str(Path(ctx.env.get("HOME") or Path.home())),
-                      existing_secret=existing_secret, only=args.only, serve=args.serve)
-    _check_like_run(ctx, plan, store)
+    try:
+        plan = build_plan(files, config_path=ctx.config_path, config_before=config_before,
+                          existing_servers=existing, warden_argv=_warden_argv(ctx),
+                          home=str(Path(ctx.env.get("HOME") or Path.home())), existing_secret=existing_secret,
+                          only=args.only, serve=args.serve)
+        _check_like_run(ctx, plan, store)
+    except ConfigError as exc:  # one problem per line (an error line is one line: each is escaped on its own)
+        head, *problems = exc.message.split("\n")
+        for problem in problems:
+            print_error(f"  {problem.strip()}")
+        raise ConfigError(head, hint=exc.hint) from exc
     redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
     _print(plan.describe(), redactor)
     if args.dry_run:
@@ -169,5 +176,5 @@ def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore) -
     if problems:
         raise ConfigError(f"{len(problems)} problem(s); `warden run` would refuse these servers as imported, so "
                           "nothing was imported or written:\n  " + "\n  ".join(problems),
-                          hint="fix the entries named above (or the org policy), then run `warden import --dry-run` "
-                               "again")
+                          hint="fix the entries named above (or the org policy), then run the same `warden import` "
+                               "with --dry-run again")

@@ -68,7 +68,8 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         return code
     if not serving and not configured:
         if broken is None:
-            print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running"))
+            print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running with "
+                             f"state dir {ctx.state_dir} (--state-dir or WARDEN_STATE_DIR pick another)"))
         return code
     rows = [("SERVER", "STATE", "ERA", "SANDBOX", "PINS", "RESTARTS", "CALLS", "REFUSED", "SEES")]
     errors: list[str] = []

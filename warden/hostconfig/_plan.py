@@ -515,7 +515,8 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
         problems.append(f"--only {', '.join(sorted(missing))}: no such entry in {paths}")
     if problems:
         raise ConfigError(f"{len(problems)} problem(s); nothing was imported or written:\n  " + "\n  ".join(problems),
-                          hint="fix the entries named above, then run `warden import --dry-run` again")
+                          hint="fix the entries named above, then run the same `warden import` with --dry-run "
+                               "again")
     if not servers:
         raise ConfigError(f"no server entries to import in {', '.join(str(f.path) for f in files)}"
                           + "".join("\n  " + note for note in skipped), hint="nothing to import; check the path")
