@@ -6,6 +6,7 @@ nothing started half-way. ``warden status`` still shows what runs when the confi
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -52,3 +53,22 @@ def test_status_shows_the_config_error_and_exits_2(trusting: Path) -> None:
     assert result.returncode == 2
     assert "invalid TOML" in result.stderr
     assert str(trusting) in result.stderr
+
+
+def test_status_skips_hostile_status_files_without_waiting_or_crashing(trusting: Path, state_dir: Path,
+                                                                      tmp_path: Path) -> None:
+    """Found in review: a FIFO hung `warden status`, a symlink to /dev/zero passed the size check, nested JSON and
+    wrong types crashed it. Each is skipped now, and a file naming a live process that is not a serve too."""
+    directory = state_dir / "serve"
+    directory.mkdir(parents=True, mode=0o700)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        os.mkfifo(directory / f"{sleeper.pid}.json")
+        (directory / "1.json").symlink_to("/dev/zero")
+        (directory / f"{os.getpid()}.json").write_text("[" * 100_000)
+        (directory / "abc.json").write_text("{}")
+        result = subprocess.run([WARDEN, "status", "--json"], capture_output=True, text=True, timeout=30)
+    finally:
+        sleeper.kill()
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["serving"] == []

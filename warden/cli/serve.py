@@ -180,12 +180,17 @@ class _Fleet:
         self._wanted = trio.Event()
 
     async def add(self, plan: ServerPlan) -> Member:
-        """Open ``plan``'s gateway in a task of its own (its upstream starts on first use, in the hub); its names
-        are shown namespaced."""
+        """Open ``plan``'s gateway and serve it (at start)."""
+        member, self._scopes[plan.name] = await self._open(plan)
+        self.plans[plan.name] = plan
+        return member
+
+    async def _open(self, plan: ServerPlan) -> tuple[Member, trio.CancelScope]:
+        """``plan``'s gateway, open in a task of its own until the scope is cancelled (its upstream starts on
+        first use, in the hub); its names are shown namespaced."""
         plan.guard.namespaced = True
         gateway, scope = await self._gateways.start(self._keep, plan)
-        self.plans[plan.name], self._scopes[plan.name] = plan, scope
-        return Member(plan.name, gateway)
+        return Member(plan.name, gateway), scope
 
     async def _keep(self, plan: ServerPlan,
                     task_status: trio.TaskStatus[tuple[Gateway, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -241,14 +246,27 @@ class _Fleet:
         changed = [p for p in plans if p.name in self.plans and _differs(p, self.plans[p.name])]
         added = [p for p in plans if p.name not in self.plans]
         removed = [name for name in self.plans if name not in names]
-        self._widen([v for p in changed + added for v in p.redactor.values])
+        opened: dict[str, tuple[Member, trio.CancelScope]] = {}
+        try:  # every new gateway open before anything is retired: a failure leaves the old servers as they were
+            self._widen([v for p in changed + added for v in p.redactor.values])
+            for plan in changed + added:
+                opened[plan.name] = await self._open(plan)
+        except (WardenError, OSError) as exc:
+            for _, scope in opened.values():
+                scope.cancel()
+            message = exc.message if isinstance(exc, WardenError) else f"{type(exc).__name__}: {exc}"
+            log.error("reload failed, the servers keep running as they were: %s", message)
+            await self._record(error=message)
+            return
         retired = [self._scopes.pop(name) for name in [p.name for p in changed] + removed]
-        for name in removed:
-            del self.plans[name]
         members = dict(self.hub.members)
         for plan in changed + added:
-            members[plan.name] = await self.add(plan)
+            members[plan.name], self._scopes[plan.name] = opened[plan.name]
         self.hub.replace([members[name] for name in names])  # stops the upstreams of what it no longer serves
+        for plan in changed + added:
+            self.plans[plan.name] = plan
+        for name in removed:
+            del self.plans[name]
         for scope in retired:
             scope.cancel()
         summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
@@ -269,12 +287,17 @@ class _Fleet:
             self._log.add_secrets(values)
 
     async def _record(self, *, reason: str | None = None, error: str | None = None) -> None:
+        """The reload's ``config.reloaded`` record. The log refusing it (full disk, a failed log) is said in
+        warden's log and does not stop the servers: their own actions are refused by their recorders."""
         if self._log is None:
             return
-        await self._log.append(audit.Record(
-            event=audit.Event.CONFIG_RELOADED, target=audit.bounded_text(str(self._ctx.config_path), 1024),
-            reason=audit.bounded_text(reason, 2048) if reason else None,
-            error=audit.bounded_text(error, 2048) if error else None))
+        try:
+            await self._log.append(audit.Record(
+                event=audit.Event.CONFIG_RELOADED, target=audit.bounded_text(str(self._ctx.config_path), 1024),
+                reason=audit.bounded_text(reason, 2048) if reason else None,
+                error=audit.bounded_text(error, 2048) if error else None))
+        except WardenError as exc:
+            log.error("the reload could not be recorded: %s", exc.message)
 
 
 def _differs(new: ServerPlan, old: ServerPlan) -> bool:
@@ -308,17 +331,27 @@ class _StatusFile:
 
     def snapshot(self) -> dict[str, Any]:
         assert self._fleet.hub is not None
-        return {**self._head, "servers": [{**m.status(), "sandbox": sees(self._fleet.plans[name])}
+        plans = self._fleet.plans
+        return {**self._head, "servers": [{**m.status(), "sandbox": sees(plans[name]) if name in plans else None}
                                           for name, m in self._fleet.hub.members.items()]}
 
     async def keep(self) -> None:
-        await trio.to_thread.run_sync(lambda: self._dir.mkdir(mode=0o700, exist_ok=True))
+        """Rewrite the file while serve runs. A write that fails (the disk is full, the directory went away) is
+        logged and tried again: the status file is a view, and serve goes on without it."""
         while True:
             data = json.dumps(self.snapshot(), sort_keys=True).encode()
             if data != self._written:
-                await trio.to_thread.run_sync(durable.replace_path, self.path, data)
-                self._written = data
+                try:
+                    await trio.to_thread.run_sync(self._write, data)
+                except OSError as exc:
+                    log.warning("cannot write %s: %s", self.path, exc.strerror)
+                else:
+                    self._written = data
             await trio.sleep(1.0)
+
+    def _write(self, data: bytes) -> None:
+        self._dir.mkdir(mode=0o700, exist_ok=True)
+        durable.replace_path(self.path, data)
 
     def remove(self) -> None:
         with contextlib.suppress(FileNotFoundError):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -32,21 +33,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def running(state_dir: Path) -> list[dict[str, Any]]:
-    """The status of every ``warden serve`` that is still running (its pid is alive), oldest first."""
+    """The status of every ``warden serve`` that is still running (its pid is a ``serve``), oldest first. A file that
+    is not a private regular one of at most 1 MiB of JSON of the expected shape is skipped (never followed
+    through a symlink, never waited on)."""
     found: list[dict[str, Any]] = []
     directory = state_dir / STATUS_DIR
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         try:
             pid = int(path.stem)
-            if path.stat().st_size > _MAX_STATUS_FILE:
-                continue
-            os.kill(pid, 0)
-            status = json.loads(path.read_bytes())
-        except (ValueError, ProcessLookupError, PermissionError, FileNotFoundError):
+            if b"serve" not in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                continue  # gone, and the pid taken by another process
+            status = json.loads(_read_small(path))
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(status, dict) and status.get("pid") == pid and isinstance(status.get("servers"), list):
+            started = status.get("started")
+            status["started"] = started if isinstance(started, int | float) else 0
+            status["servers"] = [s for s in status["servers"] if isinstance(s, dict)]
             found.append(status)
-    return sorted(found, key=lambda s: float(s.get("started") or 0))
+    return sorted(found, key=lambda s: float(s["started"]))
+
+
+def _read_small(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
+            raise ValueError("not a regular file of ours")
+        data = f.read(_MAX_STATUS_FILE + 1)
+    if len(data) > _MAX_STATUS_FILE:
+        raise ValueError("too large")
+    return data
 
 
 def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
@@ -101,9 +118,12 @@ def _sees(sandbox: object) -> str:
         return "-"
     if sandbox.get("kind") == "remote":
         return for_terminal(str(sandbox.get("url")))
-    parts = [f"read {for_terminal(d)}" for d in sandbox.get("read_dirs") or []]
-    parts += [f"write {for_terminal(d)}" for d in sandbox.get("write_dirs") or []]
+    def texts(value: object) -> list[str]:
+        return [for_terminal(str(v)) for v in value] if isinstance(value, list) else []
+
+    parts = [f"read {d}" for d in texts(sandbox.get("read_dirs"))]
+    parts += [f"write {d}" for d in texts(sandbox.get("write_dirs"))]
     network = sandbox.get("network")
-    allow = network.get("allow") if isinstance(network, dict) else None
-    parts.append(f"net {', '.join(map(for_terminal, allow))}" if allow else "no network")
+    allow = texts(network.get("allow")) if isinstance(network, dict) else []
+    parts.append(f"net {', '.join(allow)}" if allow else "no network")
     return "; ".join(parts)

@@ -1224,7 +1224,8 @@ class Gateway:
             offered = capabilities.get(feature)
             if wanted.get(key) is True and isinstance(offered, dict) and offered.get("listChanged"):
                 honored[key] = True
-        uris = [u for u in wanted.get("resourceSubscriptions") or [] if isinstance(u, str)]
+        asked = wanted.get("resourceSubscriptions")
+        uris = [u for u in asked if isinstance(u, str)] if isinstance(asked, list) else []
         resources = capabilities.get("resources")
         if uris and description.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe"):
             subscribed = [uri for uri in uris if (await self.upstream.request("resources/subscribe", {"uri": uri})).ok]

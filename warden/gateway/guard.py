@@ -464,7 +464,7 @@ class Guard:
         if method == "sampling/createMessage":
             return decide(SamplingFacts(self.policy, host, has_tools="tools" in params or "toolChoice" in params,
                                         include_context=params.get("includeContext"),
-                                        single_upstream=True)), True
+                                        single_upstream=not self.namespaced)), True
         if method == "elicitation/create":
             schema = params.get("requestedSchema")
             facts = ElicitationFacts(self.policy, host, mode=str(params.get("mode", "form")), url=params.get("url"),

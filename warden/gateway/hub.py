@@ -43,6 +43,7 @@ from warden.protocol.eras import (
     read_request_meta,
 )
 from warden.protocol.messages import (
+    INTERNAL_ERROR,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
     UNSUPPORTED_PROTOCOL_VERSION,
@@ -71,6 +72,9 @@ _NAMED: Final = ("tools/list", "prompts/list", "resources/templates/list")
 _CHANGED: Final = ("notifications/tools/list_changed", "notifications/prompts/list_changed",
                    "notifications/resources/list_changed")
 _OWN_ID: Final = b'"warden-hub"'
+_LEFT_OUT_KEPT: Final = 16
+_URIS_KEPT: Final = 10_000
+"""The most resources (and templates) of one server the hub routes by; a list is bounded anyway (paging limits)."""
 _LIST_ID: Final = b'"warden-hub-list"'
 
 
@@ -133,7 +137,8 @@ class Member:
         self.refused = 0
         """Calls answered with a JSON-RPC error: refused by policy, or failed (a tool's own ``isError`` is not)."""
         self.left_out: set[str] = set()
-        """Entries this server listed that the hub could not show (a name too long once namespaced)."""
+        """Entries this server listed that the hub could not show (a name too long once namespaced); the first
+        few only (a server can rename its entries on every list)."""
 
     def status(self) -> dict[str, Any]:
         """State, era, restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them."""
@@ -203,10 +208,10 @@ class Hub:
         self._list_wait = list_wait
         self._links: dict[HostLink, dict[str, HostLink]] = {}
         self._legacy_host = False
-        self._uris: dict[str, str] = {}
-        self._contested: dict[str, list[str]] = {}
+        self._listed: dict[str, set[str]] = {}
+        """The URIs each server listed at its last answer (kept when it misses a list's wait)."""
         self._templates: dict[str, list[tuple[str, Any]]] = {}
-        self._resources_known = False
+        """Each server's templates at its last answer (an error answer: none), with their matchers."""
         self._awaited: set[str] = set()
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize, "server/discover": self._discover, "ping": self._ping,
@@ -224,7 +229,9 @@ class Hub:
 
     def detach(self, link: HostLink) -> None:
         for name, sub in self._links.pop(link, {}).items():
-            self.members[name].gateway.detach(sub)
+            member = self.members.get(name)
+            if member is not None:
+                member.gateway.detach(sub)
 
     def expect_legacy_host(self) -> None:
         self._legacy_host = True
@@ -245,12 +252,23 @@ class Hub:
             return await handler(request, link, sink)
         except WardenError as exc:
             return encode_error(request.id, INVALID_PARAMS, exc.message, {"hint": exc.hint} if exc.hint else None)
+        except Exception:  # a bug here must not take every other server's host face down with it
+            log.exception("internal error answering %s", request.method)
+            return encode_error(request.id, INTERNAL_ERROR, "warden serve: internal error (see its log)")
 
     async def host_notification(self, note: Notification, link: HostLink) -> None:
+        """Passed to each server's gateway in a task of its own: a server that is failed, restarting or slow
+        must not hold up the host's reader (and so every other server)."""
         if note.method == "notifications/initialized" and link.legacy is not None:
             link.legacy.initialized = True
         for name, sub in list(self._links.get(link, {}).items()):
-            await self.members[name].gateway.host_notification(note, sub)
+            member = self.members.get(name)
+            if member is not None:
+                self._background.start_soon(self._notify_one, member, note, sub)
+
+    async def _notify_one(self, member: Member, note: Notification, sub: HostLink) -> None:
+        with trio.move_on_after(self._list_wait), contextlib.suppress(WardenError):
+            await member.gateway.host_notification(note, sub)
 
     # -- servers and sub-links -----------------------------------------------------------------------------------
 
@@ -285,8 +303,8 @@ class Hub:
         for member in gone:
             member.scope.cancel()
             self._templates.pop(member.name, None)
+            self._listed.pop(member.name, None)
         self.members = kept
-        self._uris, self._contested, self._resources_known = {}, {}, False
         return gone
 
     async def tell_changed(self) -> None:
@@ -298,7 +316,13 @@ class Hub:
                         await link.unsolicited.send(encode_notification(method, None))
 
     async def _sub(self, link: HostLink, member: Member) -> HostLink:
-        """The host's link to ``member`` (made on first use, and told the host's log level)."""
+        """The host's link to ``member`` (made on first use, and told the host's log level).
+
+        Raises:
+            WardenError: a reload replaced ``member`` meanwhile (the host retries, and reaches the new one).
+        """
+        if self.members.get(member.name) is not member:
+            raise WardenError(f"server {member.name!r} was reloaded; try again")
         await self._start(member)
         subs = self._links.setdefault(link, {})
         sub = subs.get(member.name)
@@ -394,26 +418,28 @@ class Hub:
         ttl: int | None = None
         private = False
         first_error: dict[str, Any] | None = None
-        claims: dict[str, list[str]] = {}
         for name, answer in answers.items():
             result = answer.get("result")
+            listed = result.get(key) if isinstance(result, dict) else None
+            entries: list[Any] = listed if isinstance(listed, list) else []
+            if request.method == "resources/list":
+                self._listed[name] = {e["uri"] for e in entries[:_URIS_KEPT]
+                                      if isinstance(e, dict) and isinstance(e.get("uri"), str)}
+            elif request.method == "resources/templates/list":
+                self._templates[name] = _patterns(entries[:_URIS_KEPT])
             if not isinstance(result, dict):
                 first_error = first_error or (answer.get("error") if isinstance(answer.get("error"), dict) else None)
                 continue
-            listed = result.get(key)
-            entries: list[Any] = listed if isinstance(listed, list) else []
-            if request.method == "resources/list":
-                for entry in entries:
-                    if isinstance(entry, dict) and isinstance(entry.get("uri"), str):
-                        claims.setdefault(entry["uri"], []).append(name)
-            elif request.method == "resources/templates/list":
-                self._templates[name] = _patterns(entries)
             items.extend(self._shown(self.members[name], request.method, entries))
             if isinstance(result.get("ttlMs"), int):
                 ttl = result["ttlMs"] if ttl is None else min(ttl, result["ttlMs"])
             private = private or result.get("cacheScope") == "private"
         if request.method == "resources/list":
-            items = self._claimed(items, claims)
+            contested = self._contested()
+            for uri in contested:
+                log.warning("resource %s is listed by %s: left out, and reads of it refused",
+                            for_terminal(uri[:256]), " and ".join(contested[uri]))
+            items = [e for e in items if e.get("uri") not in contested]
         if not items and first_error is not None and len(answers) == len(self.members):
             code = first_error.get("code")
             return encode_error(request.id, code if isinstance(code, int) else INVALID_PARAMS,
@@ -444,7 +470,7 @@ class Hub:
 
     def _shown(self, member: Member, method: str, entries: list[Any]) -> list[Any]:
         if method not in _NAMED:
-            return [e for e in entries if isinstance(e, dict)]
+            return [_attributed(e, member.name) for e in entries if isinstance(e, dict)]
         shown = []
         for entry in entries:
             name = entry.get("name") if isinstance(entry, dict) else None
@@ -452,23 +478,21 @@ class Hub:
                 continue
             joined = f"{member.name}{self._separator}{name}"
             if len(joined) > NAME_MAX:
-                if name not in member.left_out:
+                if name not in member.left_out and len(member.left_out) < _LEFT_OUT_KEPT:
+                    member.left_out.add(name)
                     log.warning("%s: %s left out: %d characters once named %s%sNAME (at most %d)", member.name,
                                 for_terminal(name[:64]), len(joined), member.name, self._separator, NAME_MAX)
-                member.left_out.add(name)
                 continue
-            shown.append({**entry, "name": joined})
+            shown.append(_attributed({**entry, "name": joined}, member.name))
         return shown
 
-    def _claimed(self, items: list[Any], claims: Mapping[str, list[str]]) -> list[Any]:
-        """The resources one server claims; a URI several list is left out, and reads of it refused."""
-        self._uris = {uri: names[0] for uri, names in claims.items() if len(names) == 1}
-        self._contested = {uri: names for uri, names in claims.items() if len(names) > 1}
-        self._resources_known = True
-        for uri, names in self._contested.items():
-            log.warning("resource %s is listed by %s: left out, and reads of it refused", for_terminal(uri[:256]),
-                        " and ".join(names))
-        return [e for e in items if e.get("uri") not in self._contested]
+    def _contested(self) -> dict[str, list[str]]:
+        """The URIs several servers list."""
+        claims: dict[str, list[str]] = {}
+        for name, uris in self._listed.items():
+            for uri in uris:
+                claims.setdefault(uri, []).append(name)
+        return {uri: names for uri, names in claims.items() if len(names) > 1}
 
     async def _tell_when_up(self, member: Member) -> None:
         if member.name in self._awaited:
@@ -531,23 +555,31 @@ class Hub:
         Raises:
             WardenError: no server claims it, or several do (refused, not guessed).
         """
-        if not self._resources_known:
+        if self._unknown():
             await self._learn_resources(request, link)
-        if uri in self._contested:
-            raise WardenError(f"resource {uri[:256]!r} is listed by {' and '.join(self._contested[uri])}; warden "
-                              "does not guess which one to read", hint="rename the resource in one of the servers")
-        owner = self._uris.get(uri)
-        if owner is None:
-            makers = [name for name, templates in self._templates.items()
-                      if any(pattern is not None and pattern.fullmatch(uri) for _, pattern in templates)]
-            if len(makers) > 1:
-                raise WardenError(f"resource {uri[:256]!r} matches templates of {' and '.join(makers)}; warden "
-                                  "does not guess which one to read")
-            owner = makers[0] if makers else None
-        if owner is None:
+        listers = [name for name, uris in self._listed.items() if uri in uris]
+        makers = [name for name, templates in self._templates.items()
+                  if any(pattern is not None and pattern.fullmatch(uri) for _, pattern in templates)]
+        claimants = list(dict.fromkeys(listers + makers))
+        if len(claimants) > 1:
+            raise WardenError(f"resource {uri[:256]!r} is claimed by {' and '.join(claimants)} (listed or made by a "
+                              "template); warden does not guess which one to read",
+                              hint="rename the resource in one of the servers")
+        unknown = self._unknown()
+        if unknown:
+            raise WardenError(f"resource {uri[:256]!r}: {', '.join(unknown)} did not list its resources in time, so "
+                              "warden cannot tell whose it is", hint="try again once every server is up "
+                                                                     "(`warden status`)")
+        if not claimants:
             raise WardenError(f"Resource not found: {uri[:256]!r} (no server listed it or offers a template for it)",
                               hint="list resources and resource templates first")
-        return self.members[owner]
+        return self.members[claimants[0]]
+
+    def _unknown(self) -> list[str]:
+        """Servers whose resources or templates are not known (never answered in time), failed ones aside."""
+        return [name for name, member in self.members.items()
+                if (name not in self._listed or name not in self._templates)
+                and not (member.started and member.gateway.upstream.state == "failed")]
 
     async def _learn_resources(self, request: Request, link: HostLink) -> None:
         """A read before any list: list resources and templates now, on the host's own terms (its ``_meta``)."""
@@ -562,7 +594,8 @@ class Hub:
         params = decode_object(request.params)
         asked = params.get("notifications")
         wanted: dict[str, Any] = asked if isinstance(asked, dict) else {}
-        uris = [u for u in wanted.get("resourceSubscriptions") or [] if isinstance(u, str)]
+        asked = wanted.get("resourceSubscriptions")
+        uris = [u for u in asked if isinstance(u, str)][:256] if isinstance(asked, list) else []
         owners: dict[str, list[str]] = {}
         for uri in uris:
             with contextlib.suppress(WardenError):
@@ -584,6 +617,20 @@ class Hub:
         raise AssertionError("unreachable")  # pragma: no cover
 
 
+def _attributed(entry: dict[str, Any], server: str) -> dict[str, Any]:
+    """An entry whose display names say which server it is from: ``title`` (and a tool's ``annotations.title``,
+    and a resource's ``name``) prefixed ``[SERVER]``, so a server cannot show its tool as another's
+    ("GitHub: Create issue") where a host displays titles rather than names."""
+    out = dict(entry)
+    for key in ("title",) if "uri" not in out else ("title", "name"):
+        if isinstance(out.get(key), str):
+            out[key] = f"[{server}] {out[key]}"
+    annotations = out.get("annotations")
+    if isinstance(annotations, dict) and isinstance(annotations.get("title"), str):
+        out["annotations"] = {**annotations, "title": f"[{server}] {annotations['title']}"}
+    return out
+
+
 @final
 class _Nowhere:
     """The sink of the hub's own requests (a list learnt before a read, a log level): no host waits on them."""
@@ -593,12 +640,13 @@ class _Nowhere:
 
 
 def _patterns(entries: list[Any]) -> list[tuple[str, Any]]:
-    """Each listed template with its compiled matcher (None: a template warden does not route by)."""
+    """Each listed template with its compiled matcher (None: a template warden does not route by, among them
+    one whose literal start names no scheme, such as ``{+x}``, which would claim every URI)."""
     out: list[tuple[str, Any]] = []
     for entry in entries:
         template = entry.get("uriTemplate") if isinstance(entry, dict) else None
         if isinstance(template, str):
-            pattern = template_pattern(template)
+            pattern = template_pattern(template) if ":" in template.split("{", 1)[0] else None
             with contextlib.suppress(ValueError):
                 out.append((template, compile_linear(pattern) if pattern is not None else None))
     return out
