@@ -68,19 +68,28 @@ TOOLS = [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "obj
          {"name": "hang", "description": "Never answers.", "inputSchema": {"type": "object"}}]
 
 
+async def legacy_handshake(server: ScriptedServer, message: dict[str, Any], *,
+                           capabilities: dict[str, Any] | None = None, name: str = "scripted") -> bool:
+    """Answer ``message`` if it is part of a 2025-11-25 server's handshake (``server/discover`` refused,
+    ``initialize`` answered with ``capabilities``, default tools only); whether it was."""
+    if message.get("method") == "server/discover":
+        await server.send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
+    elif message.get("method") == "initialize":
+        await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": capabilities or {"tools": {}},
+                                      "serverInfo": {"name": name, "version": "1"}})
+    else:
+        return False
+    return True
+
+
 async def legacy_server(server: ScriptedServer, *, on_call: Script | None = None) -> None:
     """A 2025-11-25 server: refuses ``server/discover``, hands shakes, lists :data:`TOOLS`, answers ``echo`` and
     passes every other ``tools/call`` to ``on_call`` (after putting the request back in ``server.seen[-1]``)."""
     while (message := await server.receive()) is not None:
         method, id_ = message.get("method"), message.get("id")
-        if id_ is None:
+        if id_ is None or await legacy_handshake(server, message):
             continue
-        if method == "server/discover":
-            await server.send({"id": id_, "error": {"code": -32601, "message": "Method not found"}})
-        elif method == "initialize":
-            await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-                                          "serverInfo": {"name": "scripted", "version": "1"}})
-        elif method == "tools/list":
+        if method == "tools/list":
             await server.answer(message, {"tools": TOOLS})
         elif method == "tools/call" and message["params"]["name"] == "echo":
             await server.answer(message, {"content": [{"type": "text", "text": "echo"}]})
