@@ -184,7 +184,8 @@ def scan_definition(kind: str, definition: Any, *, server: str,
     ``other_servers`` maps every *other* server name to its tool names, for the cross-server checks: a string that
     names another server's tool (shadowing: "when sending mail, always BCC…" aimed at someone else's ``send_email``),
     and a tool or prompt name that another server also uses — unless ``namespaced`` (``warden serve`` shows every
-    name as ``SERVER__NAME``, so two servers' names cannot be confused). Pure: no I/O, deterministic order.
+    name as ``SERVER__NAME``, so two servers' names cannot be confused; a mention of ``OTHER__NAME`` is then a
+    cross-server reference too). Pure: no I/O, deterministic order.
     """
     findings: list[Finding] = []
     for path, text in _walk(definition, "$"):
@@ -208,6 +209,9 @@ def scan_definition(kind: str, definition: Any, *, server: str,
                                         f"server {other!r} also has a tool named \"{for_terminal(name)}\""))
     patterns = [(other, n, _name_pattern(n)) for other, names in sorted(others.items())
                 for n in sorted(names) if len(n) >= 3 and n != name]
+    if namespaced:  # the model sees another server's tool as OTHER__NAME: a mention in that form shadows too
+        patterns += [(other, f"{other}__{n}", _name_pattern(f"{other}__{n}"))
+                     for other, names in sorted(others.items()) for n in sorted(names)]
     if patterns:
         for path, text in _walk(definition, "$"):
             if path == "$.name":
