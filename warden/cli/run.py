@@ -110,10 +110,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Start CMD ARGS as an MCP server and serve a host on stdin/stdout in front of it.")
     parser.add_argument("--name", help="the server's name in pins, audit records and messages "
                                        "(default: derived from the command)")
-    parser.add_argument("--request-timeout", type=float, default=50.0, metavar="SECONDS",
-                        help="per-request timeout, reset by progress (default 50; keep below the host's)")
-    parser.add_argument("--max-request-time", type=float, default=600.0, metavar="SECONDS",
-                        help="hard limit for any request, progress or not (default 600)")
+    add_request_limits(parser)
     parser.add_argument("--probe-timeout", type=float, default=10.0, metavar="SECONDS",
                         help="how long server/discover may take before the server is treated as legacy")
     parser.add_argument("--handshake-timeout", type=float, default=30.0, metavar="SECONDS",
@@ -135,9 +132,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="let the server read and write DIR (and below), added to the config's write_dirs; "
                              "repeatable. When warden runs as root the server runs as DIR's owner, so what it "
                              "creates there is theirs")
-    parser.add_argument("--quiet-server", action="store_true", help="do not copy the server's stderr to ours")
-    parser.add_argument("--unsafe-no-audit", action="store_true",
-                        help="do not write the audit log (for measurements only: nothing is recorded)")
+    add_output_switches(parser)
     parser.add_argument("--header", action="append", default=[], metavar="NAME=ENVVAR",
                         help="for an http(s):// server: send header NAME with the value of environment variable "
                              "ENVVAR on every request to that origin (e.g. Authorization=MY_TOKEN; a bare token "
@@ -166,6 +161,27 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.set_defaults(func=run_command)
 
 
+def add_request_limits(parser: argparse.ArgumentParser) -> None:
+    """``--request-timeout`` and ``--max-request-time``, as ``warden run`` and ``warden serve`` take them."""
+    parser.add_argument("--request-timeout", type=float, default=50.0, metavar="SECONDS",
+                        help="per-request timeout, reset by progress (default 50; keep below the host's)")
+    parser.add_argument("--max-request-time", type=float, default=600.0, metavar="SECONDS",
+                        help="hard limit for any request, progress or not (default 600)")
+
+
+def add_output_switches(parser: argparse.ArgumentParser) -> None:
+    """``--quiet-server`` and ``--unsafe-no-audit``, as ``warden run`` and ``warden serve`` take them."""
+    parser.add_argument("--quiet-server", action="store_true", help="do not copy servers' stderr to ours")
+    parser.add_argument("--unsafe-no-audit", action="store_true",
+                        help="do not write the audit log (for measurements only: nothing is recorded)")
+
+
+def configure_logging(args: argparse.Namespace) -> None:
+    """warden's log at the level ``-v`` asks for; servers' stderr copied to it unless ``--quiet-server``."""
+    logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
+    logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
+
+
 def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     argv = list(args.command)
     if argv and argv[0] == "--":
@@ -180,8 +196,7 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         stdin_close_grace=args.shutdown_grace, terminate_grace=args.shutdown_grace,
         max_message_size=args.max_message_size,
         list_limits=ListLimits(max_items=args.list_max_items, max_bytes=args.list_max_bytes))
-    logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
-    logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
+    configure_logging(args)
     try:
         http: tuple[HttpOptions, Path | None] | None = None
         if args.http is not None:

@@ -29,7 +29,15 @@ import trio
 
 from warden import audit, durable, logs
 from warden.cli._common import CommandContext, run_trio
-from warden.cli.run import ServerPlan, gateway_on, host_streams, plan_server
+from warden.cli.run import (
+    ServerPlan,
+    add_output_switches,
+    add_request_limits,
+    configure_logging,
+    gateway_on,
+    host_streams,
+    plan_server,
+)
 from warden.errors import ConfigError, WardenError
 from warden.gateway.core import Gateway
 from warden.gateway.hub import DEFAULT_SEPARATOR, Hub, Member, check_server_names
@@ -38,6 +46,7 @@ from warden.gateway.stdio import StdioHost
 from warden.policy import PinStore, host_process_session, load_effective_policy
 from warden.secrets import Redactor, load_redactor
 from warden.transport.channel import MessageChannel
+from warden.transport.http_config import is_http_url
 from warden.upstream.connection import UpstreamOptions
 
 log = logging.getLogger(__name__)
@@ -66,13 +75,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser.add_argument("--notification-rate", type=float, default=500.0, metavar="N",
                         help="read at most N notifications a second from each server, after a burst of 1000, so "
                              "one that floods cannot slow the others (default 500)")
-    parser.add_argument("--request-timeout", type=float, default=50.0, metavar="SECONDS",
-                        help="per-request timeout, reset by progress (default 50)")
-    parser.add_argument("--max-request-time", type=float, default=600.0, metavar="SECONDS",
-                        help="hard limit for any request, progress or not (default 600)")
-    parser.add_argument("--quiet-server", action="store_true", help="do not copy the servers' stderr to ours")
-    parser.add_argument("--unsafe-no-audit", action="store_true",
-                        help="do not write the audit log (for measurements only: nothing is recorded)")
+    add_request_limits(parser)
+    add_output_switches(parser)
     parser.set_defaults(func=serve_command)
 
 
@@ -87,8 +91,7 @@ def configured_servers(ctx: CommandContext) -> list[str]:
 
 
 def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
-    logs.configure(logging.WARNING - 10 * min(args.verbose, 2))
-    logging.getLogger("warden.server").setLevel(logging.WARNING if args.quiet_server else logging.INFO)
+    configure_logging(args)
     try:
         names = _chosen(configured_servers(ctx), args.server, ctx.config_path)
         check_server_names(names, args.separator)
@@ -311,7 +314,7 @@ def _differs(new: ServerPlan, old: ServerPlan) -> bool:
 def sees(plan: ServerPlan) -> dict[str, Any]:
     """What the server's sandbox lets it reach, as ``warden status`` shows it."""
     policy = plan.guard.policy
-    if len(policy.argv) == 1 and policy.argv[0].lower().startswith(("http://", "https://")):
+    if len(policy.argv) == 1 and is_http_url(policy.argv[0]):
         return {"kind": "remote", "url": policy.argv[0]}
     settings = policy.sandbox.value
     return {"kind": settings.kind, "read_dirs": list(settings.read_dirs), "write_dirs": list(settings.write_dirs),

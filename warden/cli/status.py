@@ -20,6 +20,7 @@ from warden.cli._common import CommandContext, print_error
 from warden.cli.serve import STATUS_DIR, configured_servers
 from warden.errors import ConfigError
 from warden.escape import for_terminal
+from warden.paths import private_problem
 
 _MAX_STATUS_FILE = 1 << 20
 
@@ -58,8 +59,8 @@ def _read_small(path: Path) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid():
-            raise ValueError("not a regular file of ours")
+        if not stat.S_ISREG(st.st_mode) or private_problem(st, mode=0o600) is not None:
+            raise ValueError("not a private regular file of ours")
         data = f.read(_MAX_STATUS_FILE + 1)
     if len(data) > _MAX_STATUS_FILE:
         raise ValueError("too large")

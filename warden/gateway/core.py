@@ -115,14 +115,14 @@ _KIND_CHANGED: Final[Mapping[EntryKind, str]] = {
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
 
 
-class _NullSink:
+class NullSink:
     """Where messages of warden's own requests go: nowhere (no host is waiting on them)."""
 
     async def send(self, message: bytes) -> None:
         return None
 
 
-_NO_SINK: Final = _NullSink()
+NO_SINK: Final = NullSink()
 
 _LISTEN_KEYS: Final[Mapping[str, str]] = {"toolsListChanged": "tools", "promptsListChanged": "prompts",
                                            "resourcesListChanged": "resources"}
@@ -691,7 +691,7 @@ class Gateway:
         a form), the durable record, then the call with the server's questions routed to the exchange; a -32042
         (URL elicitation required, 2025-11-25) becomes URL-mode questions and a retry, never an error (PX09)."""
         method = request.method
-        entry = _InFlight(link, _NO_SINK, ctx, exchange)
+        entry = _InFlight(link, NO_SINK, ctx, exchange)
         self._in_flight.add(entry)
         result: Reply | WardenError = Reply.failure(INTERNAL_ERROR, "the call did not run")
         index: int | None = None
@@ -704,7 +704,7 @@ class Gateway:
             index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
             forwarded = strip_host_meta(self._screened_arguments(method, params))
             for _ in range(MAX_INPUT_ROUNDS):
-                result = await self._call_upstream(method, forwarded, ctx, _NO_SINK, tasks=tasks)
+                result = await self._call_upstream(method, forwarded, ctx, NO_SINK, tasks=tasks)
                 if result.ok or result.code != URL_ELICITATION_REQUIRED:
                     break
                 data = result.error_data()
@@ -1013,7 +1013,7 @@ class Gateway:
         """Re-read an upstream list on warden's own account (a call before any list, or ``list_changed``)."""
         description = await self._connected()
         ctx = Context(description.era, description.version, {}, None, upstream=description.era)
-        fetched = await self._fetch_all(method, {}, ctx, _NO_SINK)
+        fetched = await self._fetch_all(method, {}, ctx, NO_SINK)
         if isinstance(fetched, Reply):
             raise RemoteProtocolError(f"the server refused {method}: {fetched.message}",
                                       jsonrpc_code=fetched.code or INTERNAL_ERROR)

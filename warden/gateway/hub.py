@@ -31,7 +31,7 @@ import trio
 from warden import __version__
 from warden.errors import ConfigError, WardenError
 from warden.escape import for_terminal
-from warden.gateway.core import Gateway
+from warden.gateway.core import NO_SINK, Gateway
 from warden.gateway.link import HostLink, LegacyHost, Sink
 from warden.policy import compile_linear
 from warden.protocol.eras import (
@@ -72,10 +72,10 @@ _NAMED: Final = ("tools/list", "prompts/list", "resources/templates/list")
 _CHANGED: Final = ("notifications/tools/list_changed", "notifications/prompts/list_changed",
                    "notifications/resources/list_changed")
 _OWN_ID: Final = b'"warden-hub"'
+_ACKNOWLEDGED: Final = encode_notification("notifications/subscriptions/acknowledged", b"")[:-2]
 _LEFT_OUT_KEPT: Final = 16
 _URIS_KEPT: Final = 10_000
 """The most resources (and templates) of one server the hub routes by; a list is bounded anyway (paging limits)."""
-_LIST_ID: Final = b'"warden-hub-list"'
 
 
 def check_server_names(names: Sequence[str], separator: str) -> None:
@@ -163,9 +163,8 @@ class _Listening:
         self.all_in = trio.Event()
 
     async def send(self, message: bytes) -> None:
-        body = decode_object(message)
-        if body.get("method") == "notifications/subscriptions/acknowledged":
-            params = body.get("params")
+        if message.startswith(_ACKNOWLEDGED):  # the gateways' own encoding: every other message passes unread
+            params = decode_object(message).get("params")
             self.acknowledged.append(params if isinstance(params, dict) else {})
             if len(self.acknowledged) >= self._expected:
                 self.all_in.set()
@@ -348,14 +347,17 @@ class Hub:
         """A request of the hub's own to one server's gateway (its answer goes nowhere)."""
         body = encode_json(params)
         await member.gateway.handle(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)), sub,
-                                    _Nowhere())
+                                    NO_SINK)
 
-    async def _forward(self, member: Member, request: Request, params: Mapping[str, Any], link: HostLink,
+    async def _forward(self, member: Member, request: Request, params: Mapping[str, Any] | None, link: HostLink,
                        sink: Sink, *, counted: bool = True) -> bytes:
+        """``request`` to ``member``'s gateway: as it is when ``params`` is None, else with these params (a name
+        without its server's prefix)."""
         sub = await self._sub(link, member)
-        body = encode_json(params)
-        forwarded = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
-        response = await member.gateway.handle(forwarded, sub, sink)
+        if params is not None:
+            body = encode_json(params)
+            request = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
+        response = await member.gateway.handle(request, sub, sink)
         if counted:
             member.calls += 1
             member.refused += _is_error(response)
@@ -402,7 +404,7 @@ class Hub:
         async with trio.open_nursery() as nursery:
             for name in list(self._links.get(link, {})):
                 member = self.members[name]
-                nursery.start_soon(self._forward, member, request, {"level": level}, link, _Nowhere())
+                nursery.start_soon(self._forward, member, request, None, link, NO_SINK)
         return encode_result(request.id, b"{}")
 
     # -- lists ---------------------------------------------------------------------------------------------------
@@ -457,7 +459,7 @@ class Hub:
         async def ask(member: Member) -> None:
             with trio.move_on_after(self._list_wait):
                 answers[member.name] = decode_object(
-                    await self._forward(member, request, decode_object(request.params), link, sink, counted=False))
+                    await self._forward(member, request, None, link, sink, counted=False))
             if member.name not in answers:
                 log.warning("%s: no %s within %g s; listed without it for now", member.name, request.method,
                             self._list_wait)
@@ -538,7 +540,7 @@ class Hub:
         if len(owners) != 1:
             raise WardenError(f"no one server offers the resource template {str(template)[:160]!r}",
                               hint="list resource templates first")
-        return await self._forward(self.members[owners[0]], request, params, link, sink, counted=False)
+        return await self._forward(self.members[owners[0]], request, None, link, sink, counted=False)
 
     async def _by_uri(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         params = decode_object(request.params)
@@ -546,7 +548,7 @@ class Hub:
         if not isinstance(uri, str):
             return encode_error(request.id, INVALID_PARAMS, "params.uri must be a string")
         member = await self._owner(uri, request, link)
-        return await self._forward(member, request, params, link, sink,
+        return await self._forward(member, request, None, link, sink,
                                    counted=request.method == "resources/read")
 
     async def _owner(self, uri: str, request: Request, link: HostLink) -> Member:
@@ -586,7 +588,7 @@ class Hub:
         meta = decode_object(request.params).get("_meta")
         body = encode_json({"_meta": meta}) if isinstance(meta, dict) else None
         for method in ("resources/list", "resources/templates/list"):
-            await self._list(Request(_LIST_ID, method, body, encode_request(_LIST_ID, method, body)), link, _Nowhere())
+            await self._list(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)), link, NO_SINK)
 
     async def _listen(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """One ``subscriptions/listen`` per server on the host's stream; the host gets one acknowledgement (the
@@ -631,12 +633,6 @@ def _attributed(entry: dict[str, Any], server: str) -> dict[str, Any]:
     return out
 
 
-@final
-class _Nowhere:
-    """The sink of the hub's own requests (a list learnt before a read, a log level): no host waits on them."""
-
-    async def send(self, message: bytes) -> None:
-        pass
 
 
 def _patterns(entries: list[Any]) -> list[tuple[str, Any]]:
