@@ -33,7 +33,8 @@ def test_all_is_sorted_and_complete(module: ModuleType) -> None:
 
 
 def test_serve_http_follows_the_serve_convention() -> None:
-    """``serve_*`` takes ``task_status`` and reports the endpoint's URL through it (trio's convention)."""
+    """``serve_*`` takes ``task_status`` and reports the endpoint through it (trio's convention): the face, whose
+    ``url`` hosts reach and whose redaction ``warden serve`` widens on reload."""
     signature = inspect.signature(warden.gateway.http.serve_http)
-    assert list(signature.parameters) == ["gateway", "options", "task_status"]
+    assert list(signature.parameters) == ["served", "options", "task_status"]
     assert signature.parameters["task_status"].kind is inspect.Parameter.KEYWORD_ONLY

@@ -1,4 +1,4 @@
-"""Run ``warden run --http`` as a real process and talk to it over real HTTP on 127.0.0.1."""
+"""Run ``warden run --http`` (or ``warden serve --http``) as a real process; talk to it over real HTTP on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -88,8 +88,10 @@ class WardenHttp:
 @contextlib.asynccontextmanager
 async def warden_http(server: list[str], *args: str, cwd: Path, no_auth: bool = False,
                       env: Mapping[str, str] | None = None, bind: str = "127.0.0.1:0") -> AsyncIterator[WardenHttp]:
-    """Start ``warden run --http BIND [--no-auth] ARGS -- SERVER``, wait for its URL, stop it after."""
-    argv = [WARDEN, "run", "--http", bind, *(["--no-auth"] if no_auth else []), *args, "--", *server]
+    """Start ``warden run --http BIND [--no-auth] ARGS -- SERVER`` (with no ``server``: ``warden serve --http
+    BIND [--no-auth] ARGS``, every configured server), wait for its URL, stop it after."""
+    head = [WARDEN, "run" if server else "serve", "--http", bind, *(["--no-auth"] if no_auth else []), *args]
+    argv = [*head, "--", *server] if server else head
     process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, cwd=str(cwd), env=env)
     assert process.stderr is not None

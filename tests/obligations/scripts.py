@@ -237,7 +237,7 @@ async def http_gateway_in_process(tmp: Path, script: Script, *, user_policy: str
     memory = MemoryConnector(script, options.max_message_size)
     async with trio.open_nursery() as nursery:
         gateway = await start_gateway(tmp, connector or memory, nursery, options=options, user_policy=user_policy)
-        url = await nursery.start(serve_http, gateway, HttpOptions(token=TOKEN))
+        url = (await nursery.start(serve_http, gateway, HttpOptions(token=TOKEN))).url
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0)) as client:
             yield HttpHost(client, url), memory
         nursery.cancel_scope.cancel()

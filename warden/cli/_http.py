@@ -1,4 +1,4 @@
-"""``warden run --http HOST:PORT``: the command-line half of the HTTP face (options, token, what is printed).
+"""``warden run|serve --http HOST:PORT``: the command-line half of the HTTP face (options, token, what is printed).
 
 The bearer token is never printed: warden prints where it is (a file of mode 0600 in its state directory, or the
 ``--token-file`` the operator gave) and how to send it. ``--no-auth`` is for loopback only, and says so loudly.
@@ -53,6 +53,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="a scope every token must carry (else 403 insufficient_scope); repeatable")
     group.add_argument("--keepalive", type=float, default=15.0, metavar="SECONDS",
                        help="send a keep-alive comment on a quiet event stream this often (default 15)")
+
+
+def http_from_args(ctx: CommandContext, args: argparse.Namespace, *, max_body_size: int,
+                   question_timeout: float) -> tuple[HttpOptions, Path | None] | None:
+    """:func:`http_options` when ``--http`` is given, else None.
+
+    Raises:
+        ConfigError: an HTTP-only flag without ``--http``; or what :func:`http_options` raises.
+    """
+    if args.http is not None:
+        return http_options(ctx, args, max_body_size=max_body_size, question_timeout=question_timeout)
+    if args.no_auth or args.token_file is not None or args.allow_origin or args.allow_host \
+            or args.accept_oauth_issuer is not None:
+        raise ConfigError("--no-auth, --token-file, --allow-origin, --allow-host and --accept-oauth-issuer only go "
+                          "with --http", hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
+    return None
 
 
 def http_options(ctx: CommandContext, args: argparse.Namespace, *, max_body_size: int,

@@ -198,14 +198,8 @@ def run_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         list_limits=ListLimits(max_items=args.list_max_items, max_bytes=args.list_max_bytes))
     configure_logging(args)
     try:
-        http: tuple[HttpOptions, Path | None] | None = None
-        if args.http is not None:
-            http = http_cli.http_options(ctx, args, max_body_size=options.max_message_size,
-                                         question_timeout=options.max_request_time)
-        elif args.no_auth or args.token_file is not None or args.allow_origin or args.allow_host \
-                or args.accept_oauth_issuer is not None:
-            raise ConfigError("--no-auth, --token-file, --allow-origin and --allow-host only go with --http",
-                              hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
+        http = http_cli.http_from_args(ctx, args, max_body_size=options.max_message_size,
+                                       question_timeout=options.max_request_time)
         plan = plan_server(ctx, args.name or derive_name(argv), argv or None, options, http_headers=args.header,
                            read_dirs=args.read, write_dirs=args.write, oauth=_oauth_options(args))
         plan = dataclasses.replace(plan, audit=not args.unsafe_no_audit)
@@ -558,10 +552,10 @@ async def serve_http_hosts(plan: ServerPlan, options: UpstreamOptions, http: Htt
         if plan.egress is not None and http.port:  # the server's proxy never lets it reach warden's HTTP face
             plan.egress.protect_port(http.port)
         await nursery.start(upstream.run)
-        url = await nursery.start(serve_http, gateway, http)
+        face = await nursery.start(serve_http, gateway, http)
         if plan.egress is not None:  # (a port the system picked is known only now)
-            plan.egress.protect_port(urllib.parse.urlsplit(url).port or 80)
-        http_cli.announce(url, token_file)
+            plan.egress.protect_port(urllib.parse.urlsplit(face.url).port or 80)
+        http_cli.announce(face.url, token_file)
         await stop_on_signals(nursery.cancel_scope)
         nursery.cancel_scope.cancel()
     return 0

@@ -1,6 +1,8 @@
-"""``warden serve [--server NAME ...] --stdio``: every server of the config behind one endpoint a host starts.
+"""``warden serve [--server NAME ...] (--stdio | --http HOST:PORT)``: every server of the config behind one endpoint.
 
-One ``warden serve`` entry in a host config replaces one ``warden run`` entry per server. Each server keeps what
+On stdio, one ``warden serve`` entry in a host config replaces one ``warden run`` entry per server. Over HTTP, one
+warden serves any number of hosts and users, each request bound to the principal its bearer token names (``warden
+tokens``; see :mod:`warden.gateway.principals`) exactly as under ``warden run --http``. Each server keeps what
 ``warden run`` gives it (its own sandbox, pins, policy and era handling; see :mod:`warden.gateway.hub` for how
 names are shown and requests routed); they share one process, one audit log and one redaction registry. Nothing
 starts until every configured server has been planned: a bad config or a bad server name stops ``serve`` before
@@ -14,20 +16,23 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
 import os
 import signal
 import time
-from collections.abc import Sequence
-from contextlib import AsyncExitStack
+import urllib.parse
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
 from warden import audit, durable, logs
+from warden.cli import _http as http_cli
 from warden.cli._common import CommandContext, run_trio
 from warden.cli.run import (
     ServerPlan,
@@ -49,6 +54,9 @@ from warden.transport.channel import MessageChannel
 from warden.transport.http_config import is_http_url
 from warden.upstream.connection import UpstreamOptions
 
+if TYPE_CHECKING:
+    from warden.gateway.http import HttpOptions
+
 log = logging.getLogger(__name__)
 
 STATUS_DIR = "serve"
@@ -57,11 +65,11 @@ STATUS_DIR = "serve"
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser(
-        "serve", help="serve a host on stdio in front of every server in the config",
-        description="Serve one host on stdin/stdout in front of every [servers.NAME] of the config (or those named "
-                    "with --server), each sandboxed, pinned and audited as under `warden run`. Tools, prompts and "
-                    "resource templates are shown as SERVER__NAME.")
-    parser.add_argument("--stdio", action="store_true", help="serve the host on stdin/stdout (the default)")
+        "serve", help="serve hosts on stdio or HTTP in front of every server in the config",
+        description="Serve hosts in front of every [servers.NAME] of the config (or those named with --server), "
+                    "each sandboxed, pinned and audited as under `warden run`: one host on stdin/stdout, or any "
+                    "number over HTTP (--http). Tools, prompts and resource templates are shown as SERVER__NAME.")
+    parser.add_argument("--stdio", action="store_true", help="serve one host on stdin/stdout (the default)")
     parser.add_argument("--server", action="append", default=[], metavar="NAME",
                         help="serve only this configured server; repeatable (default: all of them)")
     parser.add_argument("--separator", default=DEFAULT_SEPARATOR, metavar="SEP",
@@ -77,6 +85,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              "one that floods cannot slow the others (default 500)")
     add_request_limits(parser)
     add_output_switches(parser)
+    http_cli.add_arguments(parser)
     parser.set_defaults(func=serve_command)
 
 
@@ -93,14 +102,20 @@ def configured_servers(ctx: CommandContext) -> list[str]:
 def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     configure_logging(args)
     try:
+        if args.stdio and args.http is not None:
+            raise ConfigError("--stdio and --http exclude each other", hint="serve on one of them")
         names = _chosen(configured_servers(ctx), args.server, ctx.config_path)
         check_server_names(names, args.separator)
         options = UpstreamOptions(request_timeout=args.request_timeout, max_request_time=args.max_request_time,
                                   max_restarts=args.max_restarts, notification_rate=args.notification_rate)
+        http = http_cli.http_from_args(ctx, args, max_body_size=options.max_message_size,
+                                       question_timeout=options.max_request_time)
         store = PinStore(ctx.private_state_dir())
         plans = [plan_server(ctx, name, None, options, store=store) for name in names]
         redactor = load_redactor(ctx.private_state_dir(), tuple(v for p in plans for v in p.redactor.values))
         logs.use_redactor(redactor)  # one process: every server's handed values, on every channel
+        if http is not None:
+            return run_trio(_serve_http, ctx, plans, options, redactor, args, *http)
         return run_trio(_serve_stdio, ctx, plans, options, redactor, args)
     finally:
         logs.shutdown()
@@ -126,10 +141,56 @@ async def _serve_stdio(ctx: CommandContext, plans: list[ServerPlan], options: Up
 async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
                     args: argparse.Namespace, host_in: trio.abc.ReceiveStream, host_out: trio.abc.SendStream) -> int:
     """Serve one host on the given streams in front of every planned server, until it leaves or warden is told
-    to stop (SIGTERM, SIGINT). SIGHUP, or a change to the config file, reloads (:meth:`_Fleet.reload`)."""
-    state_dir = ctx.private_state_dir()
+    to stop (:func:`open_fleet`)."""
     channel = MessageChannel(host_in, host_out, name="host", max_message_size=options.max_message_size,
                              redactor=redactor)
+    async with open_fleet(ctx, plans, options, redactor, args) as (fleet, nursery):
+        assert fleet.hub is not None
+        fleet.faces.append(channel)
+        host = StdioHost(channel, fleet.hub, question_timeout=options.max_request_time)
+        host.link.session_key = host_process_session(os.getppid()) or host.link.session_key
+        nursery.start_soon(channel.serve_writer)
+        try:
+            await host.serve()
+        finally:
+            channel.close_outbox()
+            nursery.cancel_scope.cancel()
+    return 0
+
+
+async def _serve_http(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
+                      args: argparse.Namespace, http: HttpOptions, token_file: Path | None) -> int:
+    """Serve hosts over Streamable HTTP (both eras, any number of sessions and principals) in front of every
+    planned server, until warden is told to stop (:func:`open_fleet`)."""
+    from warden.gateway.http import serve_http
+
+    http = dataclasses.replace(http, redactor=redactor)
+    async with open_fleet(ctx, plans, options, redactor, args) as (fleet, nursery):
+        assert fleet.hub is not None
+        if http.port:
+            fleet.protect_port(http.port)
+        face = await nursery.start(serve_http, fleet.hub, http)
+        fleet.faces.append(face)
+        fleet.protect_port(urllib.parse.urlsplit(face.url).port or 80)  # a port the system picked is known now
+        fleet.endpoint = face.url
+        http_cli.announce(face.url, token_file)
+        await trio.sleep_forever()
+    return 0
+
+
+class _Redacting(Protocol):
+    """A face's output channel, whose redaction a reload widens (the stdio channel, the HTTP face)."""
+
+    def redact_with(self, redactor: Redactor) -> None: ...
+
+
+@asynccontextmanager
+async def open_fleet(ctx: CommandContext, plans: list[ServerPlan], options: UpstreamOptions, redactor: Redactor,
+                     args: argparse.Namespace) -> AsyncIterator[tuple[_Fleet, trio.Nursery]]:
+    """Every planned server's gateway behind one hub, the shared audit log, the status file, and reloads, for the
+    lifetime of the block; yields the fleet (its ``hub`` set) and a nursery whose cancellation ends it all.
+    SIGTERM and SIGINT stop it; SIGHUP, or a change to the config file, reloads (:meth:`_Fleet.reload`)."""
+    state_dir = ctx.private_state_dir()
     async with AsyncExitStack() as stack:
         log_ = None
         if args.unsafe_no_audit:
@@ -138,7 +199,7 @@ async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: Upstr
             log_ = await stack.enter_async_context(audit.open_audit_log(state_dir, secrets=redactor.values))
         gateways = await stack.enter_async_context(trio.open_nursery())
         stack.callback(gateways.cancel_scope.cancel)  # after the nursery below: upstreams stop before gateways
-        fleet = _Fleet(ctx, options, args, log_, channel, redactor, gateways)
+        fleet = _Fleet(ctx, options, args, log_, redactor, gateways)
         members = [await fleet.add(plan) for plan in plans]
         nursery = await stack.enter_async_context(trio.open_nursery())
         if log_ is not None:
@@ -146,21 +207,16 @@ async def serve_hub(ctx: CommandContext, plans: list[ServerPlan], options: Upstr
         fleet.hub = hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait)
         status = _StatusFile(state_dir, fleet, ctx.config_path)
         nursery.start_soon(status.keep)
-        host = StdioHost(channel, hub, question_timeout=options.max_request_time)
-        host.link.session_key = host_process_session(os.getppid()) or host.link.session_key
-        nursery.start_soon(channel.serve_writer)
         nursery.start_soon(fleet.signals, nursery.cancel_scope)
         nursery.start_soon(fleet.reloads)
         await nursery.start(watch_file, ctx.config_path, fleet.config_changed)
         try:
             if args.eager:
                 await hub.start_all()
-            await host.serve()
+            yield fleet, nursery
         finally:
-            channel.close_outbox()
             nursery.cancel_scope.cancel()
             status.remove()
-    return 0
 
 
 class _Fleet:
@@ -168,19 +224,29 @@ class _Fleet:
     reload that replaces them when the config changes."""
 
     def __init__(self, ctx: CommandContext, options: UpstreamOptions, args: argparse.Namespace,
-                 log_: audit.AuditLog | None, channel: MessageChannel, redactor: Redactor,
-                 gateways: trio.Nursery) -> None:
+                 log_: audit.AuditLog | None, redactor: Redactor, gateways: trio.Nursery) -> None:
         self._ctx = ctx
         self._options = options
         self._args = args
         self._log = log_
-        self._channel = channel
         self._redactor = redactor
         self._gateways = gateways
         self.plans: dict[str, ServerPlan] = {}
         self._scopes: dict[str, trio.CancelScope] = {}
         self.hub: Hub | None = None
+        self.faces: list[_Redacting] = []
+        """Where hosts are served: each redacts every server's handed values, widened by a reload."""
+        self.endpoint: str | None = None
+        """The HTTP face's URL (``warden status`` shows it); None on stdio."""
+        self._ports: set[int] = set()
         self._wanted = trio.Event()
+
+    def protect_port(self, port: int) -> None:
+        """No server's egress proxy may reach ``port`` (warden's own HTTP face), nor may one a reload adds."""
+        self._ports.add(port)
+        for plan in self.plans.values():
+            if plan.egress is not None:
+                plan.egress.protect_port(port)
 
     async def add(self, plan: ServerPlan) -> Member:
         """Open ``plan``'s gateway and serve it (at start)."""
@@ -192,6 +258,9 @@ class _Fleet:
         """``plan``'s gateway, open in a task of its own until the scope is cancelled (its upstream starts on
         first use, in the hub); its names are shown namespaced."""
         plan.guard.namespaced = True
+        if plan.egress is not None:
+            for port in self._ports:
+                plan.egress.protect_port(port)
         gateway, scope = await self._gateways.start(self._keep, plan)
         return Member(plan.name, gateway), scope
 
@@ -285,7 +354,8 @@ class _Fleet:
             return
         self._redactor = load_redactor(self._ctx.private_state_dir(), (*self._redactor.values, *values))
         logs.use_redactor(self._redactor)
-        self._channel.redact_with(self._redactor)
+        for face in self.faces:
+            face.redact_with(self._redactor)
         if self._log is not None:
             self._log.add_secrets(values)
 
@@ -335,8 +405,9 @@ class _StatusFile:
     def snapshot(self) -> dict[str, Any]:
         assert self._fleet.hub is not None
         plans = self._fleet.plans
-        return {**self._head, "servers": [{**m.status(), "sandbox": sees(plans[name]) if name in plans else None}
-                                          for name, m in self._fleet.hub.members.items()]}
+        servers = [{**m.status(), "sandbox": sees(plans[name]) if name in plans else None}
+                   for name, m in self._fleet.hub.members.items()]
+        return {**self._head, "endpoint": self._fleet.endpoint, "servers": servers}
 
     async def keep(self) -> None:
         """Rewrite the file while serve runs. A write that fails (the disk is full, the directory went away) is

@@ -104,6 +104,10 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     for row in rows:
         print(logs.shown("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
                          + "  " + row[-1]))
+    for status in serving:
+        if isinstance(status.get("endpoint"), str):
+            print(logs.shown(f"warden serve, pid {status.get('pid')}: serving HTTP at "
+                             f"{for_terminal(status['endpoint'])}"))
     for line in errors:
         print(logs.shown(f"last error of {line}", limit=400))
     return code

@@ -1,4 +1,5 @@
-"""The Streamable HTTP face: hosts of either era reach one :class:`~warden.gateway.core.Gateway` over HTTP.
+"""The Streamable HTTP face: hosts of either era reach one :class:`~warden.gateway.core.Gateway` (``warden run``),
+or the :class:`~warden.gateway.hub.Hub` of ``warden serve``, over HTTP.
 
 One endpoint (``/mcp`` by default) serves both eras, told apart per request:
 
@@ -24,7 +25,8 @@ Before any of that, every request must name warden in ``Host``, come from an all
 (else 403, DNS rebinding) and carry the bearer token (else 401), and its body may not exceed the size cap (413).
 Nothing that fails these checks reaches the gateway, let alone the upstream.
 
-Requests from every session and every modern host share the gateway's one upstream. Tools whose ``x-mcp-header``
+Requests from every session and every modern host share the gateway's one upstream (each server's one, behind a
+hub). Tools whose ``x-mcp-header``
 annotations are invalid are left out of ``tools/list`` and refused when called (invariant 8).
 """
 
@@ -49,10 +51,9 @@ from hypercorn.trio import serve as hypercorn_serve
 from warden.auth import Refusal, ResourceServer
 from warden.errors import ConfigError, RemoteProtocolError
 from warden.escape import for_terminal
-from warden.gateway.core import Gateway
 from warden.gateway.http_access import AccessPolicy, bearer_credential, bearer_matches, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
-from warden.gateway.link import HostLink
+from warden.gateway.link import HostLink, Served
 from warden.gateway.principals import ANONYMOUS, OWN_TOKEN, TokenRegistry, oauth_principal
 from warden.gateway.shaping import routable_client_capabilities
 from warden.loopback import is_loopback
@@ -295,12 +296,15 @@ class _Session:
 
 @final
 class HttpFace:
-    """The ASGI application. Construct it with the gateway, the options, the port actually bound and a nursery
-    that outlives every request (legacy requests run there, so a dropped connection does not cancel them)."""
+    """The ASGI application. Construct it with what it serves, the options, the port actually bound and a nursery
+    that outlives every request (legacy requests run there, so a dropped connection does not cancel them).
+    ``url`` is the endpoint hosts reach."""
 
-    def __init__(self, gateway: Gateway, options: HttpOptions, *, port: int, nursery: trio.Nursery) -> None:
+    def __init__(self, gateway: Served, options: HttpOptions, *, port: int, nursery: trio.Nursery) -> None:
         self._gateway = gateway
         self._options = options
+        self._redactor = options.redactor
+        self.url = f"http://{options.host_literal}:{port}{options.path}"
         self._access = AccessPolicy.for_bind(options.host, port, allow_hosts=options.allow_hosts,
                                              allow_origins=options.allow_origins)
         self._nursery = nursery
@@ -310,6 +314,11 @@ class HttpFace:
         self._modern: OrderedDict[str, HostLink] = OrderedDict()
         """The 2026 side's link of each principal, most recently used last (see :meth:`_modern_link`)."""
         self._stream_bytes = 2 * options.max_body_size + (1 << 20)
+
+    def redact_with(self, redactor: Redactor) -> None:
+        """Redact with ``redactor`` from the next request on (``warden serve`` reloaded and handed a new server
+        values)."""
+        self._redactor = redactor
 
     # -- ASGI entry ---------------------------------------------------------------------------------------------
 
@@ -321,7 +330,7 @@ class HttpFace:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 1008})
             return
-        send = _redacting(send, self._options.redactor)
+        send = _redacting(send, self._redactor)
         request = _Request(scope)
         preflight = request.method == "OPTIONS" and bool(request.all(b"origin"))
         resource_server = self._options.resource_server
@@ -952,9 +961,10 @@ def _listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(gateway: Gateway, options: HttpOptions, *,
-                     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-    """Serve hosts over Streamable HTTP until cancelled; reports the endpoint's URL through ``task_status``.
+async def serve_http(served: Served, options: HttpOptions, *,
+                     task_status: trio.TaskStatus[HttpFace] = trio.TASK_STATUS_IGNORED) -> None:
+    """Serve hosts over Streamable HTTP until cancelled; reports the face (its ``url`` the endpoint) through
+    ``task_status``.
 
     The listening socket is bound here (so the port is known before the first request is admitted) and handed
     to hypercorn, which runs on trio.
@@ -970,13 +980,12 @@ async def serve_http(gateway: Gateway, options: HttpOptions, *,
     config.accesslog = None
     config.errorlog = logging.getLogger("warden.http.server")
     config.graceful_timeout = 1.0
-    url = f"http://{options.host_literal}:{port}{options.path}"
     async with trio.open_nursery() as nursery:
-        face = HttpFace(gateway, options, port=port, nursery=nursery)
+        face = HttpFace(served, options, port=port, nursery=nursery)
 
         async def started(*, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
             await hypercorn_serve(face, config, task_status=task_status)  # type: ignore[arg-type]
 
         await nursery.start(started)
-        log.info("serving MCP over HTTP at %s", url)
-        task_status.started(url)
+        log.info("serving MCP over HTTP at %s", face.url)
+        task_status.started(face)

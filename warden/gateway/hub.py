@@ -191,8 +191,8 @@ Handler = Callable[[Request, HostLink, Sink], Awaitable[bytes]]
 
 @final
 class Hub:
-    """The host face of ``warden serve`` (the same face :class:`~warden.gateway.stdio.StdioHost` serves a
-    :class:`Gateway` through). ``background`` is where upstreams run once started.
+    """What ``warden serve``'s face serves hosts in front of (:class:`~warden.gateway.link.Served`, as a
+    :class:`Gateway` is under ``warden run``), on stdio or HTTP. ``background`` is where upstreams run once started.
 
     Raises:
         ConfigError: from :func:`check_server_names`.
@@ -234,6 +234,13 @@ class Hub:
 
     def expect_legacy_host(self) -> None:
         self._legacy_host = True
+
+    def known_tool(self, name: str) -> dict[str, Any] | None:
+        """The definition of the tool shown as ``SERVER<sep>NAME``, as its server's gateway last listed it (the
+        HTTP face checks a call's ``Mcp-Param-*`` headers against its ``x-mcp-header`` annotations)."""
+        parts = split_name(name, self._separator)
+        member = self.members.get(parts[0]) if parts is not None else None
+        return member.gateway.known_tool(parts[1]) if member is not None and parts is not None else None
 
     async def start_all(self) -> None:
         """Start every server now (``--eager``) rather than on first use."""

@@ -20,7 +20,7 @@ import trio
 from warden.errors import RemoteProtocolError
 from warden.policy import HostCapabilities, principal_session
 from warden.protocol.eras import Era, negotiate_legacy
-from warden.protocol.messages import INVALID_REQUEST, REQUEST_TIMEOUT
+from warden.protocol.messages import INVALID_REQUEST, REQUEST_TIMEOUT, Notification, Request
 from warden.protocol.session import Answered, Dropped, Reply, Session, string_ids
 
 log = logging.getLogger(__name__)
@@ -32,6 +32,27 @@ class Sink(Protocol):
     async def send(self, message: bytes) -> None:
         """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
         ...
+
+
+class Served(Protocol):
+    """What a face (stdio, HTTP) serves hosts in front of: one server's :class:`~warden.gateway.core.Gateway`, or
+    the :class:`~warden.gateway.hub.Hub` of ``warden serve``."""
+
+    def attach(self, link: HostLink) -> None: ...
+
+    def detach(self, link: HostLink) -> None: ...
+
+    def expect_legacy_host(self) -> None:
+        """The face's one host speaks the legacy era (it sent ``initialize``)."""
+        ...
+
+    def known_tool(self, name: str) -> dict[str, Any] | None:
+        """The definition of the tool hosts know as ``name`` from the last ``tools/list`` answered, or None."""
+        ...
+
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes: ...
+
+    async def host_notification(self, note: Notification, link: HostLink) -> None: ...
 
 
 #: Longest host name kept for the audit log's ``client`` field (the record's limit for names).

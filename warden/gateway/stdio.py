@@ -10,13 +10,13 @@ its id can be found, and otherwise dropped and logged.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, final
+from typing import final
 
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.gateway.link import HostLink, Sink
-from warden.protocol.messages import INVALID_REQUEST, Notification, Request, decode_object, encode_error
+from warden.gateway.link import HostLink, Served
+from warden.protocol.messages import INVALID_REQUEST, decode_object, encode_error
 from warden.protocol.session import (
     Answered,
     Cancelled,
@@ -30,23 +30,6 @@ from warden.protocol.session import (
 from warden.transport.channel import MessageChannel
 
 log = logging.getLogger(__name__)
-
-
-class Served(Protocol):
-    """What a face serves hosts in front of: one server's :class:`~warden.gateway.core.Gateway`, or the
-    :class:`~warden.gateway.hub.Hub` of ``warden serve``."""
-
-    def attach(self, link: HostLink) -> None: ...
-
-    def detach(self, link: HostLink) -> None: ...
-
-    def expect_legacy_host(self) -> None:
-        """The face's one host speaks the legacy era (it sent ``initialize``)."""
-        ...
-
-    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes: ...
-
-    async def host_notification(self, note: Notification, link: HostLink) -> None: ...
 
 
 @final

@@ -1,0 +1,187 @@
+"""``warden serve --http`` (issue 14 items 1 and 4): every configured server behind one Streamable HTTP endpoint,
+real processes in their sandboxes, real HTTP on 127.0.0.1.
+
+The Python SDK client (both eras) sees every namespaced tool and calls them, a call's ``Mcp-Param-*`` headers
+checked against the definition behind the shown name; and two principals (named tokens) share one warden without
+reaching each other: a legacy session, a question asked in one's call, a request state issued to one, are the
+other's to neither see nor use, every record names who was authenticated, and a revoked token is refused at once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+from tests.conformance.test_fixture_server import answer_elicitation, answer_roots, answer_sampling, text_of
+from tests.http_server.test_face import FIXTURE, EventReader, legacy_call, recording
+from tests.http_server.test_principals import add_token, as_, decided, modern, warden
+from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
+from tests.support import WARDEN
+
+
+def serving(trusting: Path, tmp_path: Path) -> None:
+    """Two servers in the config: the conformance fixture (``conf``) and the recording server (``rec``)."""
+    with trusting.open("a") as config:
+        for name, argv in (("conf", FIXTURE), ("rec", recording(tmp_path / "upstream.log"))):
+            config.write(f"\n[servers.{name}]\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n")
+
+
+async def legacy_session(w: WardenHttp, token: str, capabilities: dict[str, Any] | None = None) -> str:
+    opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": capabilities or {},
+        "clientInfo": {"name": "t", "version": "1"}}}, as_(w, token))
+    assert opened.status_code == 200, opened.text
+    session = opened.headers["mcp-session-id"]
+    done = await w.post({"jsonrpc": "2.0", "method": "notifications/initialized"},
+                        as_(w, token, mcp_session_id=session))
+    assert done.status_code == 202
+    return session
+
+
+async def test_sdk_client_both_eras_sees_every_namespaced_tool_through_serve_http(trusting: Path,
+                                                                               tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    async with warden_http([], cwd=tmp_path) as w:
+        for mode, version in (("legacy", "2025-11-25"), ("auto", "2026-07-28")):
+            http = create_mcp_http_client(headers={"Authorization": f"Bearer {w.token}"})
+            async with http, Client(streamable_http_client(w.url, http_client=http), mode=mode,
+                                    elicitation_callback=answer_elicitation, sampling_callback=answer_sampling,
+                                    list_roots_callback=answer_roots) as client:
+                assert client.protocol_version == version
+                names = {t.name for t in (await client.list_tools()).tools}
+                assert {"conf__test_simple_text", "conf__test_x_mcp_header", "rec__echo", "rec__ask"} <= names
+                assert all(n.startswith(("conf__", "rec__")) for n in names)
+                assert text_of(await client.call_tool("conf__test_simple_text", {})) \
+                    == "This is a simple text response for testing."
+                echoed = await client.call_tool("rec__echo", {"text": f"via {mode}"})
+                assert f"via {mode}" in text_of(echoed)
+                # the SDK mirrors the x-mcp-header annotation into Mcp-Param-Region (2026); warden checks it
+                # against the definition behind conf__test_x_mcp_header, as it would behind test_x_mcp_header
+                header = await client.call_tool("conf__test_x_mcp_header", {"region": "Hello, 世界"})
+                assert text_of(header) == "region=Hello, 世界"
+    assert w.process.returncode == 0
+
+
+async def test_a_mcp_param_header_that_disagrees_with_the_call_is_refused_behind_the_hub(trusting: Path,
+                                                                                        tmp_path: Path) -> None:
+    """The hub hands the HTTP face the definition behind a shown name, so a 2026 call whose ``Mcp-Param-Region``
+    disagrees with its arguments is refused (400 ``-32020``) before it reaches any server."""
+    serving(trusting, tmp_path)
+    async with warden_http([], cwd=tmp_path) as w:
+        listed = await w.modern(1, "tools/list")
+        assert listed.status_code == 200, listed.text
+        call = {"name": "conf__test_x_mcp_header", "arguments": {"region": "eu"}}
+        agreed = await w.modern(2, "tools/call", call, mcp_param_region="eu")
+        assert agreed.status_code == 200, agreed.text
+        refused = await w.modern(3, "tools/call", call, mcp_param_region="us")
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["error"]["code"] == -32020
+
+
+async def test_two_principals_behind_serve_http_reach_nothing_of_each_other(trusting: Path,
+                                                                           tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http([], cwd=tmp_path) as w:
+        # a legacy session is its opener's alone: another principal's credential finds no such session
+        session = await legacy_session(w, alice, {"elicitation": {"form": {}}})
+        listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+        assert (await w.post(listing, as_(w, bob, mcp_session_id=session))).status_code == 404
+        assert (await w.client.get(w.url, headers=as_(w, bob, mcp_session_id=session))).status_code == 404
+        assert (await w.client.delete(w.url, headers=as_(w, bob, mcp_session_id=session))).status_code == 404
+
+        # a question one server asks in alice's call: bob's answer to its id settles nothing; alice's does
+        bobs = await legacy_session(w, bob, {"elicitation": {"form": {}}})
+        mine = as_(w, alice, mcp_session_id=session)
+        body = json.dumps(legacy_call(7, "rec__ask", {"message": "name?"})).encode()
+        async with w.client.stream("POST", w.url, headers=mine, content=body) as response:
+            events = EventReader(response)
+            question = await events.message()
+            assert question["method"] == "elicitation/create"
+            forged = {"jsonrpc": "2.0", "id": question["id"],
+                      "result": {"action": "accept", "content": {"answer": "Mallory"}}}
+            assert (await w.post(forged, as_(w, bob, mcp_session_id=bobs))).status_code == 202
+            assert (await w.post(forged, as_(w, bob, mcp_session_id=session))).status_code == 404
+            await trio.sleep(0.3)  # had bob's answer settled it, the result would be on its way now
+            answer = {**forged, "result": {"action": "accept", "content": {"answer": "Grace"}}}
+            assert (await w.post(answer, mine)).status_code == 202
+            result = await events.message()
+        assert result["id"] == 7
+        assert result["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}'
+
+        # a request state issued to alice (a 2026 question, MRTR) is refused to bob and good for alice
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
+                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+        first = await modern(w, alice, 10, "tools/call", {"name": "rec__ask", "arguments": {"message": "who?"}},
+                             meta)
+        state = first.json()["result"]
+        assert state["resultType"] == "input_required", first.text
+        (key, _), = state["inputRequests"].items()
+        retry = {"name": "rec__ask", "arguments": {"message": "who?"}, "requestState": state["requestState"],
+                 "inputResponses": {key: {"action": "accept", "content": {"answer": "Mallory"}}}}
+        replayed = await modern(w, bob, 11, "tools/call", retry, meta)
+        assert "error" in replayed.json(), replayed.text
+        done = await modern(w, alice, 12, "tools/call",
+                            {**retry, "inputResponses": {key: {"action": "accept", "content": {"answer": "Ada"}}}},
+                            meta)
+        assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Ada"}', done.text
+
+        # every record names who was authenticated, and the audit log filters by it
+        answered = await modern(w, bob, 13, "tools/call", {"name": "conf__test_simple_text", "arguments": {}})
+        assert "error" not in answered.json(), answered.text
+        records = decided()
+        assert {(r["server_name"], r.get("principal")) for r in records} >= {
+            ("rec", "token:alice"), ("conf", "token:bob")}
+        assert all(r.get("principal") in ("token:alice", "token:bob") for r in records)
+        assert {r["server_name"] for r in decided("--principal", "token:bob")} == {"conf"}
+
+        # a revoked token is refused at once, on every era, and the other principal goes on
+        assert warden("tokens", "revoke", "bob").returncode == 0
+        assert (await modern(w, bob, 14, "tools/list", {})).status_code == 401
+        assert (await w.post(listing, as_(w, bob, mcp_session_id=bobs))).status_code == 401
+        assert (await modern(w, alice, 15, "tools/list", {})).status_code == 200
+    assert alice not in "\n".join(w.stderr)
+    assert bob not in "\n".join(w.stderr)
+
+
+async def test_status_names_the_http_endpoint_of_a_running_serve(trusting: Path, tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    async with warden_http([], cwd=tmp_path) as w:
+        assert (await w.modern(1, "tools/list")).status_code == 200
+        with trio.fail_after(20):
+            while True:
+                shown = await trio.run_process([WARDEN, "status", "--json"], capture_stdout=True)
+                serves = json.loads(shown.stdout)["serving"]
+                if serves and serves[0].get("endpoint"):
+                    break
+                await trio.sleep(0.2)
+        assert serves[0]["endpoint"] == w.url
+        assert {s["name"] for s in serves[0]["servers"]} == {"conf", "rec"}
+        table = await trio.run_process([WARDEN, "status"], capture_stdout=True)
+        assert f"serving HTTP at {w.url}".encode() in table.stdout
+
+
+def test_http_only_flags_without_http_and_stdio_with_http_are_refused(trusting: Path, tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    for args, says in ((("--no-auth",), "only go with --http"),
+                       (("--token-file", str(tmp_path / "t")), "only go with --http"),
+                       (("--stdio", "--http", "127.0.0.1:0"), "--stdio and --http exclude each other"),
+                       (("--http", "127.0.0.1:0", "--no-auth", "--token-file", str(tmp_path / "t")),
+                        "--no-auth and --token-file exclude each other")):
+        refused = warden("serve", *args)
+        assert refused.returncode == 2, (args, refused.stderr)
+        assert says in refused.stderr
+    assert not (tmp_path / "upstream.log").exists()  # nothing started
+
+
+def test_no_auth_off_loopback_is_refused_before_any_server_starts(trusting: Path, tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    refused = warden("serve", "--http", "0.0.0.0:0", "--no-auth")
+    assert refused.returncode == 2, refused.stderr
+    assert "--no-auth" in refused.stderr
+    assert not (tmp_path / "upstream.log").exists()
