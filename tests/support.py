@@ -295,3 +295,29 @@ def make_certificates(directory: Path, name: str) -> tuple[Path, Path, Path]:
     paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return paths
+
+
+def server_pids(serve_pid: int, needle: str) -> list[int]:
+    """Processes below ``serve_pid`` whose command line holds ``needle`` (the sandboxed server, not its bwrap)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    below, todo = [], [serve_pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            below.append(child)
+            todo.append(child)
+    found = []
+    for pid in below:
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(needle.encode() in a for a in argv) and b"bwrap" not in Path(argv[0].decode() or "x").name.encode():
+            found.append(pid)
+    return found

@@ -21,7 +21,7 @@ from tests.conformance.test_fixture_server import answer_elicitation, answer_roo
 from tests.http_server.test_face import FIXTURE, EventReader, legacy_call, recording
 from tests.http_server.test_principals import add_token, as_, decided, modern, warden
 from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
-from tests.support import WARDEN
+from tests.support import RAWSERVER, WARDEN, server_pids
 
 
 def serving(trusting: Path, tmp_path: Path) -> None:
@@ -185,3 +185,46 @@ def test_no_auth_off_loopback_is_refused_before_any_server_starts(trusting: Path
     assert refused.returncode == 2, refused.stderr
     assert "--no-auth" in refused.stderr
     assert not (tmp_path / "upstream.log").exists()
+
+
+def rawservers_below(serve_pid: int) -> set[int]:
+    """The sandboxed rawserver processes below ``serve_pid`` (not their bwrap)."""
+    return set(server_pids(serve_pid, "rawserver.py"))
+
+
+async def test_shared_false_runs_one_process_per_principal_and_shared_one_for_all(trusting: Path,
+                                                                                 tmp_path: Path) -> None:
+    """``shared = false``: each principal that uses the server gets a process of its own (so nothing the server
+    keeps in memory reaches another principal); a shared server is one process for all. ``warden status`` names
+    whose processes run, and each one's records name its principal."""
+    with trusting.open("a") as config:
+        for name, extra in (("solo", "shared = false\n"), ("pool", "")):
+            config.write(f"\n[servers.{name}]\ncommand = {json.dumps(RAWSERVER[0])}\n"
+                         f"args = {json.dumps(RAWSERVER[1:])}\n{extra}")
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http([], cwd=tmp_path) as w:
+        for token in (alice, bob, alice):
+            for server in ("solo", "pool"):
+                called = await modern(w, token, 1, "tools/call", {"name": f"{server}__echo",
+                                                                  "arguments": {"text": "hi"}})
+                assert called.json()["result"]["content"][0]["text"] == "hi", called.text
+        processes = rawservers_below(w.process.pid)
+        assert len(processes) == 3, processes  # solo: alice's and bob's; pool: one for both
+        with trio.fail_after(20):
+            while True:
+                shown = await trio.run_process([WARDEN, "status", "--json"], capture_stdout=True)
+                servers = {s["name"]: s for s in json.loads(shown.stdout)["serving"][0]["servers"]}
+                if servers["solo"]["calls"] == 3:
+                    break
+                await trio.sleep(0.2)
+        assert servers["solo"]["shared"] is False
+        assert servers["solo"]["principals"] == ["token:alice", "token:bob"]
+        assert servers["solo"]["state"] == "running"
+        assert "principals" not in servers["pool"]
+        assert servers["pool"]["calls"] == 3
+        shown_launches = warden("audit", "show", "--json", "--event", "server.launched").stdout
+        launched = [r for r in map(json.loads, shown_launches.splitlines()) if r["server_name"] == "solo"]
+        assert len(launched) == 2
+        calls = {(r["server_name"], r["principal"]) for r in decided()}
+        assert calls == {(s, p) for s in ("solo", "pool") for p in ("token:alice", "token:bob")}
+    assert not rawservers_below(w.process.pid)

@@ -48,7 +48,8 @@ arg_rules = st.lists(st.fixed_dictionaries({"tool": st.sampled_from(GLOBS), "arg
 table = st.fixed_dictionaries({}, optional={
     "on_new": st.sampled_from(ON_NEW_ORDER), "on_changed": st.sampled_from(ON_CHANGED_ORDER),
     "audit_arguments": st.sampled_from(AUDIT_ORDER), "tools": rules, "capabilities": caps, "arguments": arg_rules,
-    "install_scripts": st.sampled_from(INSTALL_SCRIPTS_ORDER), "release_age_hours": st.integers(0, 400)})
+    "install_scripts": st.sampled_from(INSTALL_SCRIPTS_ORDER), "release_age_hours": st.integers(0, 400),
+    "shared": st.booleans()})
 sandbox = st.fixed_dictionaries({"kind": st.sampled_from(["bwrap", "container", "none"])}, optional={
     "read_dirs": st.lists(st.sampled_from(DIRS), max_size=2), "write_dirs": st.lists(st.sampled_from(DIRS),
                                                                                      max_size=2),
@@ -122,6 +123,8 @@ def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any]
             assert order.index(value) <= order.index(org_value(key))
     if org_value("install_scripts") == "never":
         assert eff.install_scripts.value == "never"
+    if org_value("shared") is False:  # one process per principal: a user cannot pool what the org keeps apart
+        assert eff.shared.value is False
     if org_value("release_age_hours") is not None:
         assert eff.release_age_hours.value >= org_value("release_age_hours")
     if org_value("audit_arguments") is not None:

@@ -18,7 +18,16 @@ import pytest
 import trio
 from mcp import Client, StdioServerParameters
 
-from tests.support import NODE, PEERS, VENV_BIN, WARDEN, RawHost, everything_server, filesystem_server
+from tests.support import (
+    NODE,
+    PEERS,
+    VENV_BIN,
+    WARDEN,
+    RawHost,
+    everything_server,
+    filesystem_server,
+    server_pids,
+)
 
 ISOLATION = ("WARDEN_STATE_DIR", "WARDEN_CONFIG", "WARDEN_ORG_POLICY", "XDG_STATE_HOME", "XDG_CONFIG_HOME",
              "PYTHONPATH")
@@ -94,32 +103,6 @@ async def test_typescript_sdk_sees_every_namespaced_tool_and_calls_one_of_each(g
     assert {"time__get_current_time", "git__git_log", "everything__echo", "filesystem__read_text_file"} <= names
     assert len(seen["results"]) == 4
     assert not any(r.get("isError") for r in seen["results"])
-
-
-def server_pids(serve_pid: int, needle: str) -> list[int]:
-    """Processes below ``serve_pid`` whose command line holds ``needle`` (the sandboxed server, not its bwrap)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    below, todo = [], [serve_pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            below.append(child)
-            todo.append(child)
-    found = []
-    for pid in below:
-        try:
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(needle.encode() in a for a in argv) and b"bwrap" not in Path(argv[0].decode() or "x").name.encode():
-            found.append(pid)
-    return found
 
 
 async def test_kill_9_of_one_server_fails_no_call_to_another_and_it_comes_back(git_repo: Path,

@@ -232,7 +232,8 @@ class _Fleet:
         self._redactor = redactor
         self._gateways = gateways
         self.plans: dict[str, ServerPlan] = {}
-        self._scopes: dict[str, trio.CancelScope] = {}
+        self._scopes: dict[str, list[trio.CancelScope]] = {}
+        """Each server's gateway tasks: its own, and (``shared = false`` over HTTP) each principal's."""
         self.hub: Hub | None = None
         self.faces: list[_Redacting] = []
         """Where hosts are served: each redacts every server's handed values, widened by a reload."""
@@ -254,15 +255,48 @@ class _Fleet:
         self.plans[plan.name] = plan
         return member
 
-    async def _open(self, plan: ServerPlan) -> tuple[Member, trio.CancelScope]:
-        """``plan``'s gateway, open in a task of its own until the scope is cancelled (its upstream starts on
-        first use, in the hub); its names are shown namespaced."""
+    async def _open(self, plan: ServerPlan) -> tuple[Member, list[trio.CancelScope]]:
+        """``plan``'s gateway, open in a task of its own until its scope is cancelled (its upstream starts on
+        first use, in the hub); its names are shown namespaced. Over HTTP, a server with ``shared = false``
+        gets one more gateway (and process) for each principal that uses it (:meth:`_open_own`)."""
+        gateway, scope = await self._gateway(plan)
+        scopes = [scope]
+        own = None
+        if self._args.http is not None and not plan.guard.policy.shared.value:
+            own = functools.partial(self._open_own, plan, scopes)
+            if plan.guard.policy.sandbox.value.write_dirs:
+                log.warning("%s: shared = false, but every principal's process may write the same write_dirs; "
+                            "what one stores there, the others' can read", plan.name)
+        return Member(plan.name, gateway, own=own), scopes
+
+    async def _gateway(self, plan: ServerPlan) -> tuple[Gateway, trio.CancelScope]:
         plan.guard.namespaced = True
         if plan.egress is not None:
             for port in self._ports:
                 plan.egress.protect_port(port)
-        gateway, scope = await self._gateways.start(self._keep, plan)
-        return Member(plan.name, gateway), scope
+        opened: tuple[Gateway, trio.CancelScope] = await self._gateways.start(self._keep, plan)
+        return opened
+
+    async def _open_own(self, plan: ServerPlan, scopes: list[trio.CancelScope], principal: str) -> Gateway:
+        """A principal's own gateway of ``plan``'s server (``shared = false``): planned again, so it has a
+        sandbox, egress proxy and guard of its own, and refused if the config no longer plans it the same way
+        (a reload is on its way; the host retries once it is done).
+
+        Raises:
+            WardenError: the config changed, or cannot be read.
+        """
+        try:
+            again = await trio.to_thread.run_sync(functools.partial(
+                plan_server, self._ctx, plan.name, None, self._options, store=plan.guard.store))
+        finally:
+            logs.use_redactor(self._redactor)  # planning set the plan's; the process's is the union
+        if _differs(again, plan):
+            raise WardenError(f"server {plan.name!r} changed in the config since it was loaded",
+                              hint="retry once warden serve has reloaded it")
+        gateway, scope = await self._gateway(again)
+        scopes.append(scope)
+        log.info("%s: started a process of its own for principal %r (shared = false)", plan.name, principal)
+        return gateway
 
     async def _keep(self, plan: ServerPlan,
                     task_status: trio.TaskStatus[tuple[Gateway, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -318,14 +352,15 @@ class _Fleet:
         changed = [p for p in plans if p.name in self.plans and _differs(p, self.plans[p.name])]
         added = [p for p in plans if p.name not in self.plans]
         removed = [name for name in self.plans if name not in names]
-        opened: dict[str, tuple[Member, trio.CancelScope]] = {}
+        opened: dict[str, tuple[Member, list[trio.CancelScope]]] = {}
         try:  # every new gateway open before anything is retired: a failure leaves the old servers as they were
             self._widen([v for p in changed + added for v in p.redactor.values])
             for plan in changed + added:
                 opened[plan.name] = await self._open(plan)
         except (WardenError, OSError) as exc:
-            for _, scope in opened.values():
-                scope.cancel()
+            for _, scopes in opened.values():
+                for scope in scopes:
+                    scope.cancel()
             message = exc.message if isinstance(exc, WardenError) else f"{type(exc).__name__}: {exc}"
             log.error("reload failed, the servers keep running as they were: %s", message)
             await self._record(error=message)
@@ -339,8 +374,9 @@ class _Fleet:
             self.plans[plan.name] = plan
         for name in removed:
             del self.plans[name]
-        for scope in retired:
-            scope.cancel()
+        for scopes in retired:
+            for scope in scopes:
+                scope.cancel()
         summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
             ("added", [p.name for p in added]), ("changed, started again as what it now is", [p.name for p in changed]),
             ("removed", removed)) if items) or "nothing changed"

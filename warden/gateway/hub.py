@@ -59,11 +59,13 @@ from warden.protocol.messages import (
 )
 from warden.protocol.uri_template import template_pattern
 
-__all__ = ["DEFAULT_SEPARATOR", "NAME_MAX", "Hub", "Member", "check_server_names", "split_name"]
+__all__ = ["DEFAULT_SEPARATOR", "MAX_PRINCIPALS", "NAME_MAX", "Hub", "Member", "check_server_names", "split_name"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SEPARATOR: Final = "__"
+MAX_PRINCIPALS: Final = 64
+"""The most principals a server of one process per principal (``shared = false``) runs a process for."""
 NAME_MAX: Final = 128
 """The spec's longest tool name (SEP-986): a shown name longer than this is left out of the list."""
 
@@ -127,28 +129,51 @@ class Member:
     """One configured server behind the hub: its gateway (and through it its upstream), started on first use, and
     what ``warden status`` reports of it."""
 
-    def __init__(self, name: str, gateway: Gateway) -> None:
+    def __init__(self, name: str, gateway: Gateway, *,
+                 own: Callable[[str], Awaitable[Gateway]] | None = None) -> None:
         self.name = name
         self.gateway = gateway
+        self.own = own
+        """``shared = false``: opens this server's gateway (and process) for one principal; None: one for all."""
+        self.instances: dict[str, Member] = {}
+        """With ``own``: each principal's own server, by principal (this member's gateway serves stdio only)."""
+        self.opening = trio.Lock()
         self.started = False
         self.scope = trio.CancelScope()
         """Its upstream runs inside: cancelled when a reload retires the server."""
         self.calls = 0
         self.refused = 0
         """Calls answered with a JSON-RPC error: refused by policy, or failed (a tool's own ``isError`` is not)."""
+        self.parent: Member | None = None
+        """For a principal's own server: the configured one it was opened for."""
         self.left_out: set[str] = set()
         """Entries this server listed that the hub could not show (a name too long once namespaced); the first
         few only (a server can rename its entries on every list)."""
 
     def status(self) -> dict[str, Any]:
-        """State, era, restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them."""
+        """State, era, restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them;
+        for a server of one process per principal, also whose processes run (their calls and refusals count)."""
         upstream = self.gateway.upstream
         description = upstream.description
-        return {"name": self.name, "state": upstream.state if self.started else "idle",
-                "era": description.era.value if description is not None and self.started else None,
-                "restarts": upstream.restarts, "last_error": upstream.last_error,
-                "pins_waiting": self.gateway.guard.waiting(), "calls": self.calls, "refused": self.refused,
-                "left_out": sorted(self.left_out)[:16]}
+        status = {"name": self.name, "state": upstream.state if self.started else "idle",
+                  "era": description.era.value if description is not None and self.started else None,
+                  "restarts": upstream.restarts, "last_error": upstream.last_error,
+                  "pins_waiting": self.gateway.guard.waiting(), "calls": self.calls, "refused": self.refused,
+                  "left_out": sorted(self.left_out)[:16]}
+        if self.own is not None:
+            running = [m.status() for m in self.instances.values()]
+            status.update(shared=False, principals=sorted(self.instances),
+                          calls=self.calls + sum(m["calls"] for m in running),
+                          refused=self.refused + sum(m["refused"] for m in running))
+            if running and not self.started:
+                status.update({k: running[-1][k] for k in ("state", "era", "restarts", "last_error")})
+        return status
+
+    def retire(self) -> None:
+        """Stop this server's upstream, and every principal's own."""
+        self.scope.cancel()
+        for instance in self.instances.values():
+            instance.scope.cancel()
 
 
 @final
@@ -205,7 +230,9 @@ class Hub:
         self._background = background
         self._separator = separator
         self._list_wait = list_wait
-        self._links: dict[HostLink, dict[str, HostLink]] = {}
+        self._links: dict[HostLink, dict[str, tuple[Member, HostLink]]] = {}
+        """Each host link's sub-link to each server it used, with the member that serves it (a principal's own,
+        for a server of one process per principal)."""
         self._legacy_host = False
         self._listed: dict[str, set[str]] = {}
         """The URIs each server listed at its last answer (kept when it misses a list's wait)."""
@@ -227,10 +254,8 @@ class Hub:
         self._links[link] = {}
 
     def detach(self, link: HostLink) -> None:
-        for name, sub in self._links.pop(link, {}).items():
-            member = self.members.get(name)
-            if member is not None:
-                member.gateway.detach(sub)
+        for member, sub in self._links.pop(link, {}).values():
+            member.gateway.detach(sub)
 
     def expect_legacy_host(self) -> None:
         self._legacy_host = True
@@ -240,12 +265,19 @@ class Hub:
         HTTP face checks a call's ``Mcp-Param-*`` headers against its ``x-mcp-header`` annotations)."""
         parts = split_name(name, self._separator)
         member = self.members.get(parts[0]) if parts is not None else None
-        return member.gateway.known_tool(parts[1]) if member is not None and parts is not None else None
+        if member is None or parts is None:
+            return None
+        for served in (member, *member.instances.values()):  # one identity, one set of pinned definitions
+            definition = served.gateway.known_tool(parts[1])
+            if definition is not None:
+                return definition
+        return None
 
     async def start_all(self) -> None:
         """Start every server now (``--eager``) rather than on first use."""
         for member in self.members.values():
-            await self._start(member)
+            if member.own is None:  # one process per principal: each starts on its principal's first use
+                await self._start(member)
 
     async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
@@ -267,10 +299,8 @@ class Hub:
         must not hold up the host's reader (and so every other server)."""
         if note.method == "notifications/initialized" and link.legacy is not None:
             link.legacy.initialized = True
-        for name, sub in list(self._links.get(link, {}).items()):
-            member = self.members.get(name)
-            if member is not None:
-                self._background.start_soon(self._notify_one, member, note, sub)
+        for member, sub in list(self._links.get(link, {}).values()):
+            self._background.start_soon(self._notify_one, member, note, sub)
 
     async def _notify_one(self, member: Member, note: Notification, sub: HostLink) -> None:
         with trio.move_on_after(self._list_wait), contextlib.suppress(WardenError):
@@ -303,11 +333,11 @@ class Hub:
         gone = [m for name, m in self.members.items() if kept.get(name) is not m]
         for subs in self._links.values():
             for member in gone:
-                sub = subs.pop(member.name, None)
-                if sub is not None:
-                    member.gateway.detach(sub)
+                served = subs.pop(member.name, None)
+                if served is not None:
+                    served[0].gateway.detach(served[1])
         for member in gone:
-            member.scope.cancel()
+            member.retire()
             self._templates.pop(member.name, None)
             self._listed.pop(member.name, None)
         self.members = kept
@@ -321,20 +351,50 @@ class Hub:
                     with contextlib.suppress(trio.ClosedResourceError):
                         await link.unsolicited.send(encode_notification(method, None))
 
-    async def _sub(self, link: HostLink, member: Member) -> HostLink:
-        """The host's link to ``member`` (made on first use, and told the host's log level).
+    async def _serving(self, member: Member, link: HostLink) -> Member:
+        """The member that serves ``link``: ``member`` itself, or, for a server of one process per principal
+        reached over HTTP, the principal's own (opened on its first use).
+
+        Raises:
+            WardenError: that server already runs for :data:`MAX_PRINCIPALS` principals, or could not be opened.
+        """
+        principal = link.principal
+        if member.own is None or principal is None:
+            return member
+        if principal in member.instances:
+            return member.instances[principal]
+        async with member.opening:  # two first requests of one principal open one process
+            instance = member.instances.get(principal)
+            if instance is None:
+                if len(member.instances) >= MAX_PRINCIPALS:
+                    raise WardenError(f"server {member.name!r} already runs one process for each of "
+                                      f"{MAX_PRINCIPALS} principals (shared = false)",
+                                      hint="set shared = true for it, or restart warden serve")
+                instance = Member(member.name, await member.own(principal))
+                instance.parent = member
+                member.instances[principal] = instance
+            return instance
+
+    async def _sub(self, link: HostLink, member: Member) -> tuple[Member, HostLink]:
+        """The member that serves ``link`` (:meth:`_serving`) and the host's link to it (made on first use, and
+        told the host's log level).
 
         Raises:
             WardenError: a reload replaced ``member`` meanwhile (the host retries, and reaches the new one).
         """
-        if self.members.get(member.name) is not member:
+        if self.members.get(member.name) is not (member.parent or member):
             raise WardenError(f"server {member.name!r} was reloaded; try again")
-        await self._start(member)
         subs = self._links.setdefault(link, {})
-        sub = subs.get(member.name)
-        if sub is not None:
-            return sub
-        sub = subs[member.name] = HostLink(f"{link.name}/{member.name}", principal=link.principal)
+        served = subs.get(member.name)
+        if served is not None:
+            return served
+        member = await self._serving(member.parent or member, link)
+        await self._start(member)
+        served = subs.get(member.name)  # made meanwhile, by another request of this link
+        if served is not None:
+            return served
+        sub = HostLink(f"{link.name}/{member.name}", principal=link.principal)
+        subs[member.name] = (member, sub)
         sub.session = link.session  # one id space: the host's answer to any server's question settles it
         sub.session_key = link.session_key
         sub.unsolicited = link.unsolicited
@@ -347,7 +407,7 @@ class Hub:
                                                         "capabilities": capabilities})
             if parent.log_level is not None:
                 await self._own(member, sub, "logging/setLevel", {"level": parent.log_level})
-        return sub
+        return member, sub
 
     @staticmethod
     async def _own(member: Member, sub: HostLink, method: str, params: Mapping[str, Any]) -> None:
@@ -360,7 +420,7 @@ class Hub:
                        sink: Sink, *, counted: bool = True) -> bytes:
         """``request`` to ``member``'s gateway: as it is when ``params`` is None, else with these params (a name
         without its server's prefix)."""
-        sub = await self._sub(link, member)
+        member, sub = await self._sub(link, member)
         if params is not None:
             body = encode_json(params)
             request = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
@@ -465,12 +525,16 @@ class Hub:
 
         async def ask(member: Member) -> None:
             with trio.move_on_after(self._list_wait):
-                answers[member.name] = decode_object(
-                    await self._forward(member, request, None, link, sink, counted=False))
+                try:
+                    answers[member.name] = decode_object(
+                        await self._forward(member, request, None, link, sink, counted=False))
+                except WardenError as exc:  # reloaded meanwhile, or a principal's own could not be opened
+                    answers[member.name] = {"error": {"code": INVALID_PARAMS, "message": exc.message}}
             if member.name not in answers:
                 log.warning("%s: no %s within %g s; listed without it for now", member.name, request.method,
                             self._list_wait)
-                self._background.start_soon(self._tell_when_up, member)
+                served = self._links.get(link, {}).get(member.name)
+                self._background.start_soon(self._tell_when_up, served[0] if served is not None else member)
 
         async with trio.open_nursery() as nursery:
             for member in self.members.values():

@@ -7,12 +7,11 @@ Rules of combination (each is what makes "a user config can only narrow" true by
   ``allow`` replaces the file's ``[defaults]`` ``allow``; ``deny``, ``confirm`` and ``arguments`` add up.
 * ordered settings take the least permissive value: ``on_new`` (deny < ask < tofu), ``on_changed``
   (deny < ask), ``sampling`` (off < on < with-tools), ``elicitation`` (off < form < url),
-  ``sampling_context``, ``install_scripts`` (never < sandboxed), ``flow.on_violation`` (deny < confirm),
-  ``flow.annotations`` (on < off); ``capabilities.elicitation_rate`` meets the org's (the smaller burst and the
-  slower refill, :meth:`Rate.meet`); ``flow`` sources and sinks add up over both layers, and an ``exempt`` only
-  undoes roles of its own layer (``_flow.py``); ``release_age_hours`` takes the longest wait;
-  ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being
-  a floor.
+  ``sampling_context``, ``install_scripts`` (never < sandboxed), ``shared`` (false < true), ``flow.on_violation``
+  (deny < confirm), ``flow.annotations`` (on < off); ``capabilities.elicitation_rate`` meets the org's (the
+  smaller burst and the slower refill, :meth:`Rate.meet`); ``flow`` sources and sinks add up over both layers,
+  and an ``exempt`` only undoes roles of its own layer (``_flow.py``); ``release_age_hours`` takes the longest
+  wait; ``audit_arguments`` takes the *most* detailed (hash < redacted < full), the org value being a floor.
 * roots: a user root survives only inside an org root (when the org lists any); sandbox limits are clamped to the
   org's ``[org.limits]``.
 * launch (command line, env names, sandbox kind, read/write dirs) is checked against ``[org]`` by
@@ -156,6 +155,7 @@ class ServerPolicy:
     ceilings: LaunchCeilings
     release_age_hours: Setting[int]
     install_scripts: Setting[str]
+    shared: Setting[bool]
     flow: FlowPolicy
     content: ContentPolicy
     approvals: Setting[ApprovalsTable] | None = None
@@ -194,6 +194,7 @@ class ServerPolicy:
             "audit_arguments": self.audit_arguments.value, "on_new": self.on_new.value,
             "on_changed": self.on_changed.value,
             "release_age_hours": self.release_age_hours.value, "install_scripts": self.install_scripts.value,
+            "shared": self.shared.value,
             "flow": self.flow.to_json(), "content": self.content.to_json(),
             "approvals": None if self.approvals is None else self.approvals.value.model_dump(mode="json"),
             "org": {"commands": None if c.commands is None else [g.pattern for g in c.commands],
@@ -418,6 +419,7 @@ class EffectivePolicy:
             notes.append(f"audit_arguments raised to {o_audit.value!r} by {o_audit.source}")
 
         install_scripts = least(INSTALL_SCRIPTS_ORDER, ("install_scripts",), "never")
+        shared = least((False, True), ("shared",), True)
         u_age = user.pick(("release_age_hours",)) or Setting(72, Source("default", None, None, "release_age_hours"))
         o_age = org.pick(("release_age_hours",))
         release_age = u_age
@@ -477,7 +479,8 @@ class EffectivePolicy:
             arguments=arguments, sampling=sampling, sampling_context=sampling_context, elicitation=elicitation,
             elicitation_rate=elicitation_rate,
             roots=roots, audit_arguments=audit, on_new=on_new, on_changed=on_changed, ceilings=ceilings,
-            release_age_hours=release_age, install_scripts=install_scripts, flow=flow, content=content,
+            release_age_hours=release_age, install_scripts=install_scripts, shared=shared, flow=flow,
+            content=content,
             approvals=self._approvals(), notes=tuple(notes), policy_files=files,
             auth=dict(entry.auth or {}) if entry is not None else {},
         )

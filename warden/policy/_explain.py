@@ -66,7 +66,7 @@ def explain(sp: ServerPolicy, tool: str | None = None) -> tuple[list[str], Decis
                     ("capabilities.elicitation", sp.elicitation),
                     ("capabilities.elicitation_rate", Setting(str(sp.elicitation_rate.value),
                                                               sp.elicitation_rate.source)),
-                    ("capabilities.roots", sp.roots)):
+                    ("capabilities.roots", sp.roots), ("shared", sp.shared)):
         lines.append(_setting(name, s))  # type: ignore[arg-type]
     for kind, layers in (("tools", sp.tools), ("prompts", sp.prompts), ("resources", sp.resources)):
         lines.extend(_rules(kind, layers))

@@ -221,6 +221,8 @@ class ServerRules(_Strict):
                                    description="take no package version published less than this long ago")
     install_scripts: InstallScripts = Field(default="never", description="npm install scripts: never run, or run "
                                                                          "in a sandbox without network")
+    shared: bool = Field(default=True, description="behind `warden serve --http`: false runs one process of this "
+                                                   "server per principal, so what it keeps reaches no other")
 
 
 class ServerEntry(ServerRules):
