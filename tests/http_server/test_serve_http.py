@@ -228,3 +228,40 @@ async def test_shared_false_runs_one_process_per_principal_and_shared_one_for_al
         calls = {(r["server_name"], r["principal"]) for r in decided()}
         assert calls == {(s, p) for s in ("solo", "pool") for p in ("token:alice", "token:bob")}
     assert not rawservers_below(w.process.pid)
+
+
+async def test_only_the_local_users_principals_are_asked_to_approve_pins_in_band(trusting: Path,
+                                                                                tmp_path: Path) -> None:
+    """A pin approval holds for everyone, so a named token's host is never asked for one (its approval would
+    reach principals who never gave it): its call is refused with the command that approves. The face's own
+    token (the local user's) is asked, and its approval then serves every principal."""
+    with trusting.open("a") as config:
+        config.write(f'\n[servers.gate]\ncommand = {json.dumps(RAWSERVER[0])}\nargs = {json.dumps(RAWSERVER[1:])}\n'
+                     'on_new = "ask"\n')
+    alice = add_token("alice")
+    async with warden_http([], cwd=tmp_path) as w:
+        assert w.token is not None
+        call = json.dumps(legacy_call(5, "gate__echo", {"text": "hi"})).encode()
+        hers = await legacy_session(w, alice, {"elicitation": {"form": {}}})
+        async with w.client.stream("POST", w.url, headers=as_(w, alice, mcp_session_id=hers),
+                                   content=call) as response:
+            first = await EventReader(response).message()
+        assert first.get("id") == 5, first  # the answer, not a question
+        assert "not approved" in first["error"]["message"], first
+        assert "warden pins review" in first["error"]["data"]["hint"], first
+
+        own = await legacy_session(w, w.token, {"elicitation": {"form": {}}})
+        mine = as_(w, w.token, mcp_session_id=own)
+        async with w.client.stream("POST", w.url, headers=mine, content=call) as response:
+            events = EventReader(response)
+            question = await events.message()
+            assert question["method"] == "elicitation/create", question
+            assert "gate" in question["params"]["message"]
+            answer = {"jsonrpc": "2.0", "id": question["id"],
+                      "result": {"action": "accept", "content": {"approve": True}}}
+            assert (await w.post(answer, mine)).status_code == 202
+            done = await events.message()
+        assert done["result"]["content"][0]["text"] == "hi", done
+
+        again = await w.post(json.loads(call), as_(w, alice, mcp_session_id=hers))
+        assert '"text":"hi"' in again.text.replace(" ", ""), again.text

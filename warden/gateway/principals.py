@@ -11,6 +11,10 @@ id presented with another principal's credential is "not found"). The principals
 
 A name cannot hold ``:``, so no named token can pose as the face's own token or as an OAuth subject.
 
+A pin approval holds for everyone, so only the local user's principals (stdio, ``token``, ``anonymous``) are
+asked for one in-band (:func:`approves_for_all`); a named token's or an OAuth subject's call that needs one is
+refused with the command that gives it.
+
 Named tokens live in ``<state>/http/tokens.json`` as SHA-256 digests only (a token is 256 random bits, so a fast
 digest is as good as a slow one; the file never holds what a request must send). The token itself is shown once,
 by ``warden tokens add``. The face re-reads the file whenever it changes (one ``stat`` per request), so a revoked
@@ -38,8 +42,8 @@ from warden.durable import exclusive_lock, replace_path
 from warden.errors import ConfigError, StateError
 from warden.paths import ensure_private_dir, read_private_file
 
-__all__ = ["ANONYMOUS", "OWN_TOKEN", "NamedToken", "TokenRegistry", "check_name", "oauth_principal",
-           "token_principal"]
+__all__ = ["ANONYMOUS", "OWN_TOKEN", "NamedToken", "TokenRegistry", "approves_for_all", "check_name",
+           "oauth_principal", "token_principal"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +72,14 @@ def oauth_principal(subject: str) -> str:
         return principal
     tail = "#" + hashlib.sha256(raw).hexdigest()[:32]
     return principal[:_PRINCIPAL_MAX - len(tail)] + tail
+
+
+def approves_for_all(principal: str | None) -> bool:
+    """Whether a pin approval this principal gives in-band (on its host's form) may hold for everyone: the local
+    user's own (stdio's one host, the face's own token, ``--no-auth`` on loopback). A named token's or an OAuth
+    subject's approval would reach principals who never gave it, so those get the refusal that names
+    ``warden pins approve`` instead of a form."""
+    return principal in (None, OWN_TOKEN, ANONYMOUS)
 
 
 def check_name(name: str) -> str:
