@@ -82,6 +82,16 @@ def private_problem(st: os.stat_result, *, mode: int) -> str | None:
     return None
 
 
+def file_version(path: str | Path) -> tuple[int, int, int, int] | None:
+    """What changes whenever a file's content may have: its device, inode, size and mtime (None when it cannot be
+    stat-ed). For memoizing what is read or run from a file: a replaced or edited file is read again."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
 def store_dir(state_dir: Path) -> Path:
     """warden's package store inside ``state_dir`` (see ``warden.intake._store``): the one part of the state
     directory a sandbox may see, one entry at a time and read-only."""

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, Final, final
+from typing import Any, Final, TypeVar, final
 
 import trio
 
@@ -74,6 +75,19 @@ from warden.policy.pins import digest
 from warden.protocol.eras import Era
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_STORE_THREADS: weakref.WeakKeyDictionary[PinStore, trio.CapacityLimiter] = weakref.WeakKeyDictionary()
+
+
+async def _in_store_thread(store: PinStore, work: Callable[[], _T]) -> _T:
+    """``work`` in a thread, one at a time per pin store: a change takes the store's flock, so a second thread
+    could only wait on it. (Fifty servers of one ``warden serve`` starting together held forty threads, and
+    their malloc arenas, for that.)"""
+    limiter = _STORE_THREADS.get(store)
+    if limiter is None:
+        limiter = _STORE_THREADS[store] = trio.CapacityLimiter(1)
+    return await trio.to_thread.run_sync(work, limiter=limiter)
 
 
 def _builtin(key: str) -> Source:
@@ -174,7 +188,7 @@ class Guard:
 
     async def observe_identity(self) -> list[Detection]:
         """Record the launch manifest (the server's identity); returns what to report."""
-        _, detections = await trio.to_thread.run_sync(
+        _, detections = await _in_store_thread(self.store,
             lambda: self.store.observe_server(self.server, self.manifest, on_new=self.policy.on_new.value))
         self._report(detections)
         return detections
@@ -184,7 +198,7 @@ class Guard:
 
     async def observe_instructions(self, instructions: str | None) -> list[Detection]:
         """Record the server's instructions (pinned like any definition; absent instructions pin as null)."""
-        _, detections = await trio.to_thread.run_sync(
+        _, detections = await _in_store_thread(self.store,
             lambda: self.store.observe_instructions(self.server, instructions, on_new=self.policy.on_new.value))
         self._report(detections)
         self._instructions_digest = digest(instructions)
@@ -227,7 +241,7 @@ class Guard:
     async def observe_list(self, method: str, items: Sequence[Any]) -> list[Detection]:
         """Record a complete upstream list; what changed is quarantined at once. Returns what to report."""
         kind, _ = LIST_KINDS[method]
-        observation = await trio.to_thread.run_sync(
+        observation = await _in_store_thread(self.store,
             lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value,
                                             namespaced=self.namespaced))
         self._digests[kind] = dict(observation.digests)
@@ -290,7 +304,7 @@ class Guard:
             self._declined.add(consent.items)
             log.warning("%s: the user declined approval in-band", self.server)
             return []
-        approved = await trio.to_thread.run_sync(
+        approved = await _in_store_thread(self.store,
             lambda: self.store.approve_exact(self.server, list(items), by="elicitation"))
         log.warning("%s: approved in-band: %s", self.server, ", ".join(e.label for e in approved))
         return approved

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from warden.errors import SandboxUnavailable
+from warden.paths import file_version
 
 FIXED_VERSION = (0, 12, 0)  # first release with the CVE-2026-87766 fix
 _VERSION_RE = re.compile(r"^bubblewrap (\d{1,4})\.(\d{1,4})\.(\d{1,4})\s*$")
@@ -78,11 +79,10 @@ def probe_version(path: str) -> tuple[int, int, int] | None:
 
     Memoized by the file's identity (device, inode, size, mtime): a replaced binary is probed again.
     """
-    try:
-        st = os.stat(path)
-    except OSError:
+    version = file_version(path)
+    if version is None:
         return None
-    key = (path, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    key = (path, *version)
     if key not in _VERSIONS:
         _VERSIONS[key] = _run_version(path)
     return _VERSIONS[key]

@@ -12,12 +12,12 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warden.errors import SandboxUnavailable
-from warden.paths import absolute_path
+from warden.paths import absolute_path, file_version
 
 ProfileName = Literal["node", "python", "binary"]
 Finder = Literal["runtime_prefix", "node_modules", "package_json", "venv", "script", "executable"]
@@ -119,6 +119,9 @@ class Profiles:
     runtimes: dict[str, RuntimeProfile]
 
 
+_RUNTIMES: Final = ("node", "python", "binary")
+
+
 def _load(path: Path) -> object:
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
@@ -127,16 +130,33 @@ def _load(path: Path) -> object:
                                  hint="restore sandbox/profiles/ from the warden release") from exc
 
 
+_LOADED: dict[tuple[str, tuple[tuple[int, int, int, int] | None, ...]], Profiles] = {}
+
+
 def load_profiles(directory: Path) -> Profiles:
-    """Load ``base.toml`` and the runtime profiles from ``directory``.
+    """Load ``base.toml`` and the runtime profiles from ``directory``: once per process while the files stay as
+    they are (every sandbox of a ``warden serve`` shares one copy; the models are frozen).
 
     Raises:
         SandboxUnavailable: a profile is missing or invalid; warden will not guess what a sandbox should hold.
     """
+    versions = tuple(file_version(directory / f"{name}.toml") for name in ("base", *_RUNTIMES))
+    known = None not in versions
+    loaded = _LOADED.get((str(directory), versions)) if known else None
+    if loaded is None:
+        loaded = _read_profiles(directory)
+        if known:
+            if len(_LOADED) >= 8:
+                _LOADED.clear()
+            _LOADED[str(directory), versions] = loaded
+    return loaded
+
+
+def _read_profiles(directory: Path) -> Profiles:
     try:
         base = BaseProfile.model_validate(_load(directory / "base.toml"))
         runtimes: dict[str, RuntimeProfile] = {}
-        for name in ("node", "python", "binary"):
+        for name in _RUNTIMES:
             profile = RuntimeProfile.model_validate(_load(directory / f"{name}.toml"))
             if profile.name != name:
                 raise SandboxUnavailable(f"sandbox profile {name}.toml names itself {profile.name!r}",
