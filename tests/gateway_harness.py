@@ -235,11 +235,11 @@ async def gateway_in_process(tmp: Path, script: Script, *,
 
 @asynccontextmanager
 async def hub_in_process(tmp: Path, scripts: dict[str, Script], *, options: UpstreamOptions | None = None,
-                         list_wait: float = 10.0, on_new: str = "tofu") -> AsyncIterator[
+                         list_wait: float = 10.0, on_new: str = "tofu", user_policy: str = "") -> AsyncIterator[
                              tuple[ScriptedHost, Hub, dict[str, MemoryConnector]]]:
     """``warden serve``'s hub in front of one real gateway per script (named by its key), sharing one pin store
     as ``warden serve``'s do, each upstream started by the hub on first use, with a scripted host on the stdio
-    face."""
+    face. ``user_policy`` is as for :func:`start_gateway`."""
     options = options or UpstreamOptions()
     connectors = {name: MemoryConnector(script, options.max_message_size) for name, script in scripts.items()}
     host_side, warden_side = trio.testing.memory_stream_pair()
@@ -247,7 +247,8 @@ async def hub_in_process(tmp: Path, scripts: dict[str, Script], *, options: Upst
     store = PinStore(tmp / "state")
     async with trio.open_nursery() as nursery:
         members = [Member(name, await start_gateway(tmp, connector, nursery, options=options, name=name,
-                                                    start=False, on_new=on_new, store=store))
+                                                    start=False, on_new=on_new, store=store,
+                                                    user_policy=user_policy))
                    for name, connector in connectors.items()]
         for member in members:
             member.gateway.guard.namespaced = True

@@ -1336,6 +1336,8 @@ class Gateway:
         body = dict(params)
         if method == "sampling/createMessage" and "includeContext" in body:
             body["includeContext"] = decision.include_context or "none"  # PX04, PX06
+        if method == "elicitation/create" and self.guard.namespaced and isinstance(body.get("message"), str):
+            body["message"] = f"[{self._name}] {body['message']}"  # behind warden serve: which server asks
         return index, body
 
     async def _passed_input_required(self, reply: Reply, ctx: Context) -> bytes:
