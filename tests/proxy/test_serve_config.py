@@ -5,14 +5,18 @@ nothing started half-way. ``warden status`` still shows what runs when the confi
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
+import trio
 
-from tests.support import PYTHON, RAWSERVER, WARDEN
+from tests.support import FIXTURES, PYTHON, RAWSERVER, WARDEN, RawHost
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -72,3 +76,45 @@ def test_status_skips_hostile_status_files_without_waiting_or_crashing(trusting:
         sleeper.kill()
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["serving"] == []
+
+
+def reloads() -> list[dict[str, object]]:
+    shown = subprocess.run([WARDEN, "audit", "show", "--event", "config.reloaded", "--json"], capture_output=True,
+                           text=True, timeout=30)
+    return [json.loads(line) for line in shown.stdout.splitlines()]
+
+
+async def test_a_secret_set_anew_restarts_on_reload_the_server_it_is_handed_to(trusting: Path) -> None:
+    """Found in review: a reload compared names only, so ``warden secrets set`` of a server's secret left it
+    running with the old value. Now the server it is handed to starts again with the new one; the others keep
+    running."""
+    values = ("first-secret-value-0123456789", "second-secret-value-987654321")
+
+    def set_secret(value: str) -> None:
+        done = subprocess.run([WARDEN, "secrets", "set", "tok"], input=value + "\n", capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+
+    set_secret(values[0])
+    with trusting.open("a") as config:
+        config.write(f"\n[servers.envy]\ncommand = {json.dumps(PYTHON)}\n"
+                     f"args = {json.dumps([str(FIXTURES / 'env_server.py')])}\n"
+                     'env = { TOKEN = "${secret:tok}" }\n' + table("other"))
+    host = await RawHost.start([WARDEN, "serve"], env=os.environ)
+    try:
+        await host.initialize()
+        for n, value in enumerate(values):
+            answer = await host.call(n, "envy__env_digest", {"name": "TOKEN"}, timeout=60)
+            assert json.dumps(answer).count(hashlib.sha256(value.encode()).hexdigest()) == 1, answer
+            assert (await host.call(10 + n, "other__echo", {"text": "x"}))["result"]
+            if n == 0:
+                set_secret(values[1])
+                os.kill(host.process.pid, signal.SIGHUP)
+                with trio.fail_after(30):
+                    while not reloads():
+                        await trio.sleep(0.2)
+                assert reloads()[-1]["reason"] == "changed, started again as what it now is: envy"
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()

@@ -239,6 +239,9 @@ class ServerPlan:
     """The server's egress proxy (``network.allow``): served for as long as the gateway, recording to its log."""
     oauth: OAuthClient | None = None
     """The OAuth client of a remote server warden authorizes itself to (its grants become audit records)."""
+    handed: str = ""
+    """A digest of the values the launch hands the server (its environment, ``--header`` values): a reload starts
+    again a server whose secret or variable changed value, though its identity (which holds the names) did not."""
 
 
 @final
@@ -352,6 +355,8 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
     state_dir = ctx.private_state_dir()
     store = store or PinStore(state_dir)
     env, missing = resolve_env(server.env_values, ctx.env, SecretStore(state_dir).get)
+    handed = canonical_digest({"env": env, "headers": {spec: ctx.env.get(spec.partition("=")[2], "")
+                                                       for spec in http_headers}})
     unpassed = unpassed_env_warning(name, server.argv, server.env_values, ctx.env, str(ctx.config_path))
     if unpassed:
         log.warning("%s", unpassed)
@@ -381,7 +386,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
             guard = Guard(policy=server, store=store, manifest=launch_manifest(
                 server.argv, server.env_names.value, manifest, server.network.value.to_json()),
                 secrets=redactor.values)
-            return ServerPlan(name, connector, guard, state_dir, redactor, oauth=client)
+            return ServerPlan(name, connector, guard, state_dir, redactor, oauth=client, handed=handed)
         egress = SandboxEgress(server.network.value) if server.network.value.enabled else None
         launcher = _launcher_for(server, spec, state_dir, ctx.env, egress)
         assert spec is not None
@@ -397,7 +402,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
                   manifest=launch_manifest(server.argv, server.env_names.value, manifest,
                                            server.network.value.to_json()),
                   secrets=redactor.values)  # content rules cut these out of results
-    return ServerPlan(name, connector, guard, state_dir, redactor, intake=fetched, egress=egress)
+    return ServerPlan(name, connector, guard, state_dir, redactor, intake=fetched, egress=egress, handed=handed)
 
 
 def _take_in(server: ServerPolicy, state_dir: Path, env: Mapping[str, str]) -> IntakeResult | None:

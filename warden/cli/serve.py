@@ -410,11 +410,12 @@ class _Fleet:
 
 
 def _differs(new: ServerPlan, old: ServerPlan) -> bool:
-    """Whether a reload must start ``new`` in place of ``old``: its launch identity or its effective policy
-    changed (the policy's values: an edit elsewhere in the file changes the file's hash, not this server)."""
+    """Whether a reload must start ``new`` in place of ``old``: its launch identity, its effective policy (the
+    policy's values: an edit elsewhere in the file changes the file's hash, not this server) or a value handed to
+    it (``warden secrets set`` of a secret it is given) changed."""
     def values(plan: ServerPlan) -> dict[str, Any]:
         return {k: v for k, v in plan.guard.policy.to_json().items() if k != "files"}
-    return new.guard.identity != old.guard.identity or values(new) != values(old)
+    return new.guard.identity != old.guard.identity or values(new) != values(old) or new.handed != old.handed
 
 
 def sees(plan: ServerPlan) -> dict[str, Any]:
