@@ -179,6 +179,17 @@ def test_http_only_flags_without_http_and_stdio_with_http_are_refused(trusting: 
     assert not (tmp_path / "upstream.log").exists()  # nothing started
 
 
+def test_a_token_file_others_can_read_is_refused_before_any_server_starts(trusting: Path, tmp_path: Path) -> None:
+    serving(trusting, tmp_path)
+    token_file = tmp_path / "token"
+    token_file.write_text("a" * 43 + "\n")
+    token_file.chmod(0o644)
+    refused = warden("serve", "--http", "127.0.0.1:0", "--token-file", str(token_file))
+    assert refused.returncode == 2, refused.stderr
+    assert "has mode 0644; it must be 0600: other users could read the token" in refused.stderr
+    assert not (tmp_path / "upstream.log").exists()
+
+
 def test_no_auth_off_loopback_is_refused_before_any_server_starts(trusting: Path, tmp_path: Path) -> None:
     serving(trusting, tmp_path)
     refused = warden("serve", "--http", "0.0.0.0:0", "--no-auth")
