@@ -276,3 +276,47 @@ async def test_only_the_local_users_principals_are_asked_to_approve_pins_in_band
 
         again = await w.post(json.loads(call), as_(w, alice, mcp_session_id=hers))
         assert '"text":"hi"' in again.text.replace(" ", ""), again.text
+
+
+async def test_pins_approved_for_one_principal_serve_that_principal_only(trusting: Path, tmp_path: Path) -> None:
+    """``warden pins approve --principal``: what is approved for alice is listed and callable for alice, and to
+    bob (and to the face's own token) still waits for approval; approving for bob adds him, approving without
+    ``--principal`` makes it everyone's. Each approval's record says whom it is for."""
+    with trusting.open("a") as config:
+        config.write(f'\n[servers.gate]\ncommand = {json.dumps(RAWSERVER[0])}\nargs = {json.dumps(RAWSERVER[1:])}\n'
+                     'on_new = "ask"\n')
+    alice, bob = add_token("alice"), add_token("bob")
+
+    async def sees(w: WardenHttp, token: str) -> bool:
+        listed = await modern(w, token, 1, "tools/list", {})
+        names = {t["name"] for t in listed.json()["result"]["tools"]}
+        called = await modern(w, token, 2, "tools/call", {"name": "gate__echo", "arguments": {"text": "hi"}})
+        assert ("gate__echo" in names) == ("result" in called.json()), (names, called.text)
+        if "error" in called.json():
+            assert "not approved" in called.json()["error"]["message"], called.text
+        return "gate__echo" in names
+
+    async with warden_http([], cwd=tmp_path) as w:
+        assert w.token is not None
+        assert [await sees(w, t) for t in (alice, bob, w.token)] == [False, False, False]
+        for_alice = warden("pins", "approve", "gate", "--yes", "--principal", "token:alice")
+        assert for_alice.returncode == 0, for_alice.stderr
+        assert "(for token:alice only)" in for_alice.stdout
+        assert [await sees(w, t) for t in (alice, bob, w.token)] == [True, False, False]
+        listed = warden("pins", "list", "gate").stdout
+        assert "echo (for token:alice only)" in listed
+        assert warden("pins", "approve", "gate", "--yes", "--principal", "token:bob").returncode == 0
+        assert [await sees(w, t) for t in (alice, bob, w.token)] == [True, True, False]
+        assert "(for token:alice, token:bob only)" in warden("pins", "list", "gate").stdout
+        everyone = warden("pins", "approve", "gate", "--yes")
+        assert everyone.returncode == 0, everyone.stderr
+        assert [await sees(w, t) for t in (alice, bob, w.token)] == [True, True, True]
+        assert " only)" not in warden("pins", "list", "gate").stdout
+    shown = warden("audit", "show", "--json", "--event", "pin.approved").stdout
+    reasons = [r.get("reason") for r in map(json.loads, shown.splitlines()) if r.get("target") == "echo"]
+    assert reasons == ["for token:alice only", "for token:alice, token:bob only", None]
+    for bad, says in (("Alice", "is not a principal"), ("token:Alice", "is not a token name"),
+                      ("oauth:", "is not a principal")):
+        refused = warden("pins", "approve", "gate", "--yes", "--principal", bad)
+        assert refused.returncode == 2, refused.stderr
+        assert says in refused.stderr

@@ -21,6 +21,7 @@ from warden.cli._common import CommandContext, run_trio
 from warden.consent import describe_entry, describe_server, entry_label, redaction_note, review
 from warden.errors import PolicyError
 from warden.escape import for_terminal
+from warden.gateway.principals import check_principal
 from warden.paths import store_dir
 from warden.policy.pins import ENTRY_KINDS, EntryKind, PinEntry, PinState, PinStore, short, side_by_side
 
@@ -46,6 +47,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     ap.add_argument("--yes", action="store_true", help="do not ask (for scripts)")
     ap.add_argument("--accept-findings", action="store_true",
                     help="with --yes: also approve entries that have scanner findings")
+    ap.add_argument("--principal", action="append", default=[], metavar="WHO",
+                    help="approve for this principal of the HTTP face only (token:NAME, token, oauth:SUB, "
+                         "anonymous); repeatable (default: for everyone)")
     ap.set_defaults(func=approve_command)
     rv = add("revoke", "revoke an approval (no NAME: the whole server)")
     rv.add_argument("--yes", action="store_true", help="do not ask")
@@ -94,8 +98,20 @@ def list_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         return 0
     _emit([f"{'SERVER':<20} {'KIND':<18} {'STATE':<9} {'DIGEST':<13} {'FINDINGS':<8} NAME",
            *(f"{for_terminal(e.server):<20} {e.kind:<18} {e.state.value:<9} {short(e.digest):<13} "
-             f"{len(e.findings):<8} {for_terminal(e.key) if e.key else '-'}" for e in entries)])
+             f"{len(e.findings):<8} {for_terminal(e.key) if e.key else '-'}{_shown_for_whom(e)}" for e in entries)])
     return 0
+
+
+def _for_whom(entry: PinEntry) -> str | None:
+    """``for token:alice, ... only`` when the approval holds for some principals only (raw: escape to show)."""
+    if entry.state is not PinState.APPROVED or entry.approved_for is None:
+        return None
+    return f"for {', '.join(entry.approved_for)} only"
+
+
+def _shown_for_whom(entry: PinEntry) -> str:
+    whom = _for_whom(entry)
+    return f" ({for_terminal(whom)})" if whom else ""
 
 
 def show_command(ctx: CommandContext, args: argparse.Namespace) -> int:
@@ -142,8 +158,12 @@ def _confirm(question: str, *, word: str | None = None) -> bool:
 def approve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     if not args.yes:
         _need_terminal("approve")
+    principals = [check_principal(p) for p in args.principal]
     store = _store(ctx)
     chosen = _select(store, args, default_pending=True)
+    if args.name is None and args.kind is None:  # and approvals that do not yet hold for whom this one is for
+        chosen += [e for e in store.entries(args.server, refresh=False) if e.state is PinState.APPROVED
+                   and e.approved_for is not None and not (principals and set(principals) <= set(e.approved_for))]
     if not chosen:
         _emit(f"nothing pending or changed for server {for_terminal(args.server)!r}")
         return 0
@@ -163,8 +183,10 @@ def approve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         elif not _confirm(f"approve these {len(chosen)} entr{'y' if len(chosen) == 1 else 'ies'}? [y/N] "):
             _emit("nothing approved")
             return 1
-    done = store.approve_exact(args.server, [(e.kind, e.key, e.digest) for e in chosen], by="terminal")
-    _emit([f"approved: server '{for_terminal(e.server)}' {entry_label(e)} {e.digest}" for e in done])
+    done = store.approve_exact(args.server, [(e.kind, e.key, e.digest) for e in chosen], by="terminal",
+                               principals=principals or None)
+    _emit([f"approved: server '{for_terminal(e.server)}' {entry_label(e)} {e.digest}{_shown_for_whom(e)}"
+           for e in done])
     return _audit_pins(ctx, audit.Event.PIN_APPROVED, done)
 
 
@@ -217,7 +239,8 @@ def _audit_pins(ctx: CommandContext, event: audit.Event, entries: Sequence[PinEn
             for e in entries:
                 await log.append(audit.Record(
                     event=event, server_name=e.server, method=e.kind, target=e.key[:2000], target_digest=e.digest,
-                    consent=audit.Consent.TERMINAL if event is audit.Event.PIN_APPROVED else None))
+                    consent=audit.Consent.TERMINAL if event is audit.Event.PIN_APPROVED else None,
+                    reason=audit.bounded_text(whom, 2048) if (whom := _for_whom(e)) else None))
 
     run_trio(append)
     return 0

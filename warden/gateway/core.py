@@ -440,7 +440,7 @@ class Gateway:
 
     async def _discover_request(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                 sink: Sink) -> bytes:
-        return encode_result(request.id, encode_json(await self._discover()))
+        return encode_result(request.id, encode_json(await self._discover(link.principal)))
 
     async def _forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                          sink: Sink) -> bytes:
@@ -488,8 +488,8 @@ class Gateway:
         if not HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form:
             return False
         await self._know_lists(method)
-        return self._decide(method, params, channel=True, session=link.session_key).effect in (Effect.ASK,
-                                                                                                  Effect.CONFIRM)
+        return self._decide(method, params, channel=True, session=link.session_key,
+                            principal=link.principal).effect in (Effect.ASK, Effect.CONFIRM)
 
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> bytes:
@@ -536,12 +536,12 @@ class Gateway:
                                                  host_version=link.legacy.version),
             "serverInfo": dict(description.server_info),
         }
-        instructions = self._with_notice(self.guard.approved_instructions(description.instructions))
+        instructions = self._with_notice(self.guard.approved_instructions(description.instructions, link.principal))
         if instructions is not None:
             result["instructions"] = instructions
         return result
 
-    async def _discover(self) -> dict[str, Any]:
+    async def _discover(self, principal: str | None) -> dict[str, Any]:
         description = await self._connected()
         result: dict[str, Any] = {
             "resultType": "complete",
@@ -552,7 +552,7 @@ class Gateway:
             "cacheScope": "private",
             "_meta": {META_SERVER_INFO: dict(description.server_info)},
         }
-        instructions = self._with_notice(self.guard.approved_instructions(description.instructions))
+        instructions = self._with_notice(self.guard.approved_instructions(description.instructions, principal))
         if instructions is not None:
             result["instructions"] = instructions
         return result
@@ -973,7 +973,7 @@ class Gateway:
                 answer = await link.ask(sink, "elicitation/create", consent.params)
                 if answer.ok:
                     await self.recorder.approved(await self.guard.apply_consent(consent, answer.result_dict()))
-        visible = self.guard.visible(request.method, items)
+        visible = self.guard.visible(request.method, items, link.principal)
         kind = self.guard.kind_of(request.method)
         self._visible[kind] = self.guard.visible_keys(kind)
         notice = self._waiting_notice()
@@ -1061,7 +1061,8 @@ class Gateway:
         kind: EntryKind = "tool" if method == "tools/call" else "prompt" if method == "prompts/get" else "resource"
         for _ in range(3):
             decision = self._decide(method, params, channel=channel, confirmed=confirmed, session=session,
-                                    approval_channel=asker is None and self._approvals is not None)
+                                    approval_channel=asker is None and self._approvals is not None,
+                                    principal=caller.principal)
             if decision.effect is Effect.ALLOW:
                 return await self.recorder.decided(
                     method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
@@ -1118,7 +1119,7 @@ class Gateway:
         elif list_method is not None and not self.guard.knows(list_method):
             await self._refresh(list_method)
 
-    def _decide(self, method: str, params: Mapping[str, Any], *, channel: bool,
+    def _decide(self, method: str, params: Mapping[str, Any], *, channel: bool, principal: str | None,
                 confirmed: str | None = None, session: str | None = None, approval_channel: bool = False) -> Decision:
         name = params.get("uri" if method == "resources/read" else "name")
         if not isinstance(name, str):
@@ -1128,10 +1129,10 @@ class Gateway:
             arguments = params.get("arguments")
             return self.guard.decide_call(name, arguments if isinstance(arguments, dict) else None, channel=channel,
                                           confirmed_digest=confirmed, session=session,
-                                          approval_channel=approval_channel)
+                                          approval_channel=approval_channel, principal=principal)
         if method == "prompts/get":
-            return self.guard.decide_prompt(name, channel=channel)
-        return self.guard.decide_read(name, channel=channel)
+            return self.guard.decide_prompt(name, channel=channel, principal=principal)
+        return self.guard.decide_read(name, channel=channel, principal=principal)
 
     def _offers_resources(self) -> bool:
         description = self.upstream.description

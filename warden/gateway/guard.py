@@ -193,8 +193,8 @@ class Guard:
         self._report(detections)
         return detections
 
-    def server_state(self) -> PinState:
-        return self.store.state(self.server, "server", "", self.identity, refresh=False)
+    def server_state(self, principal: str | None = None) -> PinState:
+        return self.store.state(self.server, "server", "", self.identity, refresh=False, principal=principal)
 
     async def observe_instructions(self, instructions: str | None) -> list[Detection]:
         """Record the server's instructions (pinned like any definition; absent instructions pin as null)."""
@@ -204,24 +204,26 @@ class Guard:
         self._instructions_digest = digest(instructions)
         return detections
 
-    def instructions_state(self) -> PinState:
+    def instructions_state(self, principal: str | None = None) -> PinState:
         if self._instructions_digest is None:
             return PinState.UNKNOWN
-        return self.store.state(self.server, "instructions", "", self._instructions_digest, refresh=False)
+        return self.store.state(self.server, "instructions", "", self._instructions_digest, refresh=False,
+                                principal=principal)
 
-    def approved_instructions(self, instructions: str | None) -> str | None:
-        """The server's instructions if approved, else None: unapproved instructions never reach the model."""
+    def approved_instructions(self, instructions: str | None, principal: str | None = None) -> str | None:
+        """The server's instructions if approved (for ``principal``), else None: unapproved instructions never
+        reach the model."""
         self._fresh()
-        if instructions is not None and self.instructions_state() is PinState.APPROVED \
-                and self.server_state() is PinState.APPROVED:
+        if instructions is not None and self.instructions_state(principal) is PinState.APPROVED \
+                and self.server_state(principal) is PinState.APPROVED:
             return instructions
         return None
 
-    def quarantine(self) -> Decision | None:
+    def quarantine(self, principal: str | None = None) -> Decision | None:
         """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the
         server offers is shown or forwarded (a changed instruction is a rug pull of every tool at once)."""
-        state = self.instructions_state()
-        if state is PinState.APPROVED or self.server_state() is not PinState.APPROVED:
+        state = self.instructions_state(principal)
+        if state is PinState.APPROVED or self.server_state(principal) is not PinState.APPROVED:
             return None
         what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
             state, "are new and not approved")
@@ -256,20 +258,21 @@ class Guard:
         self._report(observation.detections)
         return list(observation.detections)
 
-    def visible(self, method: str, items: Sequence[Any]) -> list[Any]:
-        """The entries of an observed list the host may see: approved, unchanged and allowed by policy."""
+    def visible(self, method: str, items: Sequence[Any], principal: str | None = None) -> list[Any]:
+        """The entries of an observed list ``principal``'s host may see: approved (for it), unchanged and allowed
+        by policy."""
         kind, key_field = LIST_KINDS[method]
         digests = self._digests.get(kind, {})
         self._fresh()  # approvals from another terminal count at once
-        server_pin = self.server_state()
-        if self.quarantine() is not None:
+        server_pin = self.server_state(principal)
+        if self.quarantine(principal) is not None:
             return []
         out = []
         for item in items:
             key = item.get(key_field) if isinstance(item, Mapping) else None
             if not isinstance(key, str) or key not in digests:
                 continue
-            pin = self.store.state(self.server, kind, key, digests[key], refresh=False)
+            pin = self.store.state(self.server, kind, key, digests[key], refresh=False, principal=principal)
             if decide(ListEntryFacts(self.policy, kind, key, pin, server_pin)).allowed:
                 out.append(item)
         return out
@@ -316,20 +319,21 @@ class Guard:
         entry = self.store.get(self.server, kind, key, refresh=False)
         return entry if entry is not None and entry.state is PinState.APPROVED else None
 
-    def _pin(self, kind: EntryKind, key: str) -> PinState:
+    def _pin(self, kind: EntryKind, key: str, principal: str | None) -> PinState:
         digest = self._digests.get(kind, {}).get(key)
         return PinState.UNKNOWN if digest is None else self.store.state(self.server, kind, key, digest,
-                                                                        refresh=False)
+                                                                        refresh=False, principal=principal)
 
     def decide_call(self, tool: str, arguments: Mapping[str, Any] | None, *, channel: bool,
                     confirmed_digest: str | None = None, session: str | None = None,
-                    approval_channel: bool = False) -> Decision:
+                    approval_channel: bool = False, principal: str | None = None) -> Decision:
         """``channel``: a human can be asked in-band on this request (the host declared form elicitation and
         warden can put a question to it); ``approval_channel``: one can be asked out of band (a webhook) to
-        confirm it. ``session``: the host session's key, whose taint a flow sink is decided against. Reads the
-        store once (another terminal's approvals count at once)."""
+        confirm it. ``session``: the host session's key, whose taint a flow sink is decided against;
+        ``principal``: whom the HTTP face authenticated, whose approvals count. Reads the store once (another
+        terminal's approvals count at once)."""
         self._fresh()
-        held = self.quarantine()
+        held = self.quarantine(principal)
         if held is not None and not channel:
             return held
         role = self._roles.get(tool, NEUTRAL)
@@ -338,7 +342,8 @@ class Guard:
         if role.sink is not None and session is not None:
             taint = self._taint(session)
         return decide(ToolCallFacts(
-            self.policy, tool, self._pin("tool", tool), self.server_state(), arguments, consent_channel=channel,
+            self.policy, tool, self._pin("tool", tool, principal), self.server_state(principal), arguments,
+            consent_channel=channel,
             confirmed_arguments_digest=confirmed_digest,
             resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
             session=session, approval_channel=approval_channel, content_findings=findings))
@@ -402,26 +407,27 @@ class Guard:
             return  # already there (a stat): no lock, no write
         await trio.to_thread.run_sync(lambda: ledger.mark(mark, client=caller.client, principal=caller.principal))
 
-    def decide_prompt(self, name: str, *, channel: bool) -> Decision:
+    def decide_prompt(self, name: str, *, channel: bool, principal: str | None = None) -> Decision:
         self._fresh()
-        held = self.quarantine()
+        held = self.quarantine(principal)
         if held is not None and not channel:
             return held
-        return decide(PromptGetFacts(self.policy, name, self._pin("prompt", name), self.server_state(), channel))
+        return decide(PromptGetFacts(self.policy, name, self._pin("prompt", name, principal),
+                                     self.server_state(principal), channel))
 
-    def decide_read(self, uri: str, *, channel: bool) -> Decision:
+    def decide_read(self, uri: str, *, channel: bool, principal: str | None = None) -> Decision:
         """A read is allowed through the listed resource with that URI, else the first listed template it fits."""
         self._fresh()
-        held = self.quarantine()
+        held = self.quarantine(principal)
         if held is not None and not channel:
             return held
-        pin = self._pin("resource", uri)
+        pin = self._pin("resource", uri, principal)
         if pin is PinState.UNKNOWN:
             for template in self._digests.get("resource_template", {}):
                 if _template_regex(template).fullmatch(uri):
-                    pin = self._pin("resource_template", template)
+                    pin = self._pin("resource_template", template, principal)
                     break
-        return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(), channel))
+        return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(principal), channel))
 
     def call_confirmation(self, tool: str, arguments: Mapping[str, Any] | None,
                           reason: str | None = None) -> CallConfirmation:

@@ -43,7 +43,7 @@ from warden.errors import ConfigError, StateError
 from warden.paths import ensure_private_dir, read_private_file
 
 __all__ = ["ANONYMOUS", "OWN_TOKEN", "NamedToken", "TokenRegistry", "approves_for_all", "check_name",
-           "oauth_principal", "token_principal"]
+           "check_principal", "oauth_principal", "token_principal"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,22 @@ def approves_for_all(principal: str | None) -> bool:
     subject's approval would reach principals who never gave it, so those get the refusal that names
     ``warden pins approve`` instead of a form."""
     return principal in (None, OWN_TOKEN, ANONYMOUS)
+
+
+def check_principal(text: str) -> str:
+    """A principal as ``warden pins approve --principal`` takes it: ``token:NAME``, ``token``, ``oauth:SUB`` or
+    ``anonymous``.
+
+    Raises:
+        ConfigError: anything else.
+    """
+    kind, colon, rest = text.partition(":")
+    if (not colon and text in (OWN_TOKEN, ANONYMOUS)) or (kind == "oauth" and rest and oauth_principal(rest) == text):
+        return text
+    if kind == "token" and colon:
+        return token_principal(check_name(rest))
+    raise ConfigError(f"{text!r} is not a principal",
+                      hint="give token:NAME (a `warden tokens` name), token, oauth:SUBJECT or anonymous")
 
 
 def check_name(name: str) -> str:

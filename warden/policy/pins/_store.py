@@ -81,6 +81,8 @@ class _Record(BaseModel):
     approved_by: str | None = None
     redacted: bool = False
     """``definition`` (and so an approval of it) had registered secret values cut out; the digest is the real one."""
+    approved_for: list[str] | None = None
+    """The principals the approval holds for (``warden pins approve --principal``); None: everyone."""
 
 
 class _File(BaseModel):
@@ -114,12 +116,15 @@ class PinEntry:
     approved_by: str | None
     redacted: bool = False
     """The stored definition had registered secret values cut out (views say so); ``digest`` is the real one's."""
+    approved_for: tuple[str, ...] | None = None
+    """The principals the approval holds for; None: everyone."""
 
     @classmethod
     def _of(cls, server: str, r: _Record) -> PinEntry:
         return cls(server, r.kind, r.key, PinState(r.state), r.digest, r.definition, r.approved_digest,
                    r.approved_definition, tuple(Finding(f.code, f.path, f.message) for f in r.findings),
-                   r.first_seen, r.changed_at, r.approved_at, r.approved_by, r.redacted)
+                   r.first_seen, r.changed_at, r.approved_at, r.approved_by, r.redacted,
+                   None if r.approved_for is None else tuple(r.approved_for))
 
     @property
     def label(self) -> str:
@@ -233,9 +238,11 @@ class PinStore:
             return True
         return False
 
-    def state(self, server: str, kind: EntryKind, key: str, digest: str, *, refresh: bool = True) -> PinState:
-        """Is this exact ``digest`` approved for the entry? Cheap: a ``stat`` plus a dict lookup (no ``stat``
-        with ``refresh=False``, after the caller's own :meth:`refresh`)."""
+    def state(self, server: str, kind: EntryKind, key: str, digest: str, *, refresh: bool = True,
+              principal: str | None = None) -> PinState:
+        """Is this exact ``digest`` approved for the entry, for ``principal`` (None: the stdio host)? An approval
+        given for other principals only is, to this one, still pending. Cheap: a ``stat`` plus a dict lookup (no
+        ``stat`` with ``refresh=False``, after the caller's own :meth:`refresh`)."""
         if refresh:
             self.refresh()
         rec = self._data.servers.get(server, {}).get(entry_key(kind, key))
@@ -244,6 +251,8 @@ class PinStore:
         if rec.state == "revoked":
             return PinState.REVOKED
         if rec.approved_digest == digest:
+            if rec.approved_for is not None and principal not in rec.approved_for:
+                return PinState.PENDING
             return PinState.APPROVED
         return PinState.CHANGED if rec.approved_digest is not None else PinState.PENDING
 
@@ -451,12 +460,14 @@ class PinStore:
                                       "nothing was approved", hint=f"review it again: warden pins diff {server}")
             for r in chosen:
                 r.state, r.approved_digest, r.approved_definition = "approved", r.digest, r.definition
-                r.approved_at, r.approved_by = now, by
+                r.approved_at, r.approved_by, r.approved_for = now, by, None
         return [PinEntry._of(server, r) for r in chosen]
 
-    def approve_exact(self, server: str, items: Sequence[tuple[EntryKind, str, str]], *, by: str) -> list[PinEntry]:
-        """Approve exactly these ``(kind, key, digest)`` triples (an in-band answer). All or nothing: if any
-        entry's current digest differs, nothing is approved and :class:`PolicyError` is raised."""
+    def approve_exact(self, server: str, items: Sequence[tuple[EntryKind, str, str]], *, by: str,
+                      principals: Sequence[str] | None = None) -> list[PinEntry]:
+        """Approve exactly these ``(kind, key, digest)`` triples (an in-band answer), for everyone or, with
+        ``principals``, for those only (added to whom an approval of the same digest already holds for). All or
+        nothing: if any entry's current digest differs, nothing is approved and :class:`PolicyError` is raised."""
         now = _now_iso(self._clock)
         with self._update() as data:
             recs = data.servers.get(server, {})
@@ -468,6 +479,9 @@ class PinStore:
                                       "shown; nothing was approved")
                 chosen.append(rec)
             for r in chosen:
+                already = r.approved_for if r.state == "approved" and r.approved_digest == r.digest else []
+                r.approved_for = None if principals is None or already is None \
+                    else sorted({*already, *principals})
                 r.state, r.approved_digest, r.approved_definition = "approved", r.digest, r.definition
                 r.approved_at, r.approved_by = now, by
         return [PinEntry._of(server, r) for r in chosen]
