@@ -295,6 +295,9 @@ class _Fleet:
                               hint="retry once warden serve has reloaded it")
         gateway, scope = await self._gateway(again)
         scopes.append(scope)
+        if scopes[0].cancel_called:  # a reload retired the server while this one was being planned
+            scope.cancel()
+            raise WardenError(f"server {plan.name!r} was reloaded; try again")
         log.info("%s: started a process of its own for principal %r (shared = false)", plan.name, principal)
         return gateway
 
