@@ -5,7 +5,7 @@ State (pins, keys, audit log) lives in one directory that no sandbox ever sees: 
 ``$WARDEN_STATE_DIR``, else ``$XDG_STATE_HOME/warden``, else ``~/.local/state/warden``. The user config is
 ``--config``, else ``$WARDEN_CONFIG``, else ``$XDG_CONFIG_HOME/warden/warden.toml``, else
 ``~/.config/warden/warden.toml``. Resolution takes the environment as an argument so it can be tested without
-touching ``os.environ``.
+touching ``os.environ``. :func:`read_once` keeps what is read from files that rarely change while they stay so.
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import errno
 import os
 import posixpath
 import stat
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from warden.errors import StateError
+
+_T = TypeVar("_T")
 
 
 def _home(env: Mapping[str, str]) -> Path:
@@ -90,6 +93,20 @@ def file_version(path: str | Path) -> tuple[int, int, int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_once(cache: dict[tuple[object, ...], _T], files: Sequence[str | Path], read: Callable[[], _T]) -> _T:
+    """``read()``, kept in ``cache`` while each of ``files`` stays as it is (:func:`file_version`): data a
+    process reads from files that rarely change (the sandbox profiles), one copy for every caller. A file that
+    cannot be stat-ed is read every time, so its reader says what is wrong; ``cache`` holds a few entries."""
+    key = tuple((str(f), file_version(f)) for f in files)
+    if any(version is None for _, version in key):
+        return read()
+    if key not in cache:
+        if len(cache) >= 8:
+            cache.clear()
+        cache[key] = read()
+    return cache[key]
 
 
 def store_dir(state_dir: Path) -> Path:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path, PurePosixPath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from warden.errors import LaunchError
+from warden.errors import LaunchError, SandboxUnavailable
 from warden.sandbox._data import data_dir
 from warden.sandbox._plan import SandboxPlan, bwrap_args, make_plan, prlimit_args
 from warden.sandbox._process import READY_SHIM
@@ -257,3 +258,23 @@ def test_landlock_layer_is_a_shim_with_rules_from_the_mounts(state_dir: Path, ho
     off = plan(SandboxSettings(), state_dir=state_dir)
     assert "/usr/bin/python3" not in off.argv
     assert "/run/warden/landlock.py" not in off.data
+
+
+def test_profiles_load_once_while_their_files_stay_and_again_once_one_changes(tmp_path: Path) -> None:
+    """Every sandbox of a ``warden serve`` shares one copy of the profiles; an edited profile is read again (and
+    a broken one refused), a missing one is refused every time rather than served from memory."""
+    directory = tmp_path / "profiles"
+    shutil.copytree(data_dir() / "profiles", directory)
+    first = load_profiles(directory)
+    assert load_profiles(directory) is first
+    (directory / "node.toml").write_text((directory / "node.toml").read_text() + "\n# edited\n")
+    again = load_profiles(directory)
+    assert again is not first
+    assert again == first
+    (directory / "python.toml").write_text("name = 3\n")
+    with pytest.raises(SandboxUnavailable, match="invalid"):
+        load_profiles(directory)
+    (directory / "python.toml").unlink()
+    for _ in range(2):
+        with pytest.raises(SandboxUnavailable, match="cannot read sandbox profile"):
+            load_profiles(directory)

@@ -17,7 +17,7 @@ from typing import Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warden.errors import SandboxUnavailable
-from warden.paths import absolute_path, file_version
+from warden.paths import absolute_path, read_once
 
 ProfileName = Literal["node", "python", "binary"]
 Finder = Literal["runtime_prefix", "node_modules", "package_json", "venv", "script", "executable"]
@@ -130,7 +130,7 @@ def _load(path: Path) -> object:
                                  hint="restore sandbox/profiles/ from the warden release") from exc
 
 
-_LOADED: dict[tuple[str, tuple[tuple[int, int, int, int] | None, ...]], Profiles] = {}
+_LOADED: dict[tuple[object, ...], Profiles] = {}
 
 
 def load_profiles(directory: Path) -> Profiles:
@@ -140,16 +140,8 @@ def load_profiles(directory: Path) -> Profiles:
     Raises:
         SandboxUnavailable: a profile is missing or invalid; warden will not guess what a sandbox should hold.
     """
-    versions = tuple(file_version(directory / f"{name}.toml") for name in ("base", *_RUNTIMES))
-    known = None not in versions
-    loaded = _LOADED.get((str(directory), versions)) if known else None
-    if loaded is None:
-        loaded = _read_profiles(directory)
-        if known:
-            if len(_LOADED) >= 8:
-                _LOADED.clear()
-            _LOADED[str(directory), versions] = loaded
-    return loaded
+    files = [directory / f"{name}.toml" for name in ("base", *_RUNTIMES)]
+    return read_once(_LOADED, files, lambda: _read_profiles(directory))
 
 
 def _read_profiles(directory: Path) -> Profiles:

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from warden.errors import SandboxUnavailable
-from warden.paths import file_version
+from warden.paths import read_once
 from warden.sandbox._memfd import data_memfd
 
 _MAX_U64 = (1 << 64) - 1
@@ -135,21 +135,13 @@ def parse_rules(text: str) -> RuleList:
                                  hint="restore sandbox/seccomp.toml from the warden release") from exc
 
 
-_LOADED: dict[tuple[str, tuple[int, int, int, int]], RuleList] = {}
+_LOADED: dict[tuple[object, ...], RuleList] = {}
 
 
 def load_rules(path: Path) -> RuleList:
     """Read and validate the rule list at ``path`` (see :func:`parse_rules`): once per process while the file
     stays as it is (every sandbox of a ``warden serve`` shares one copy)."""
-    version = file_version(path)
-    loaded = _LOADED.get((str(path), version)) if version is not None else None
-    if loaded is None:
-        loaded = _read_rules(path)
-        if version is not None:
-            if len(_LOADED) >= 8:
-                _LOADED.clear()
-            _LOADED[str(path), version] = loaded
-    return loaded
+    return read_once(_LOADED, [path], lambda: _read_rules(path))
 
 
 def _read_rules(path: Path) -> RuleList:
