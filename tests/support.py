@@ -321,3 +321,12 @@ def server_pids(serve_pid: int, needle: str) -> list[int]:
         if any(needle.encode() in a for a in argv) and b"bwrap" not in Path(argv[0].decode() or "x").name.encode():
             found.append(pid)
     return found
+
+
+def audit_records(event: str, *extra: str) -> list[dict[str, Any]]:
+    """The audit log's records of ``event`` (a prefix, as ``warden audit show --event`` takes it), oldest first,
+    as ``warden audit show --json`` prints them; ``extra`` are more of its filters."""
+    shown = subprocess.run([WARDEN, "audit", "show", "--json", "--event", event, *extra], capture_output=True,
+                           text=True, timeout=60, check=False)
+    assert shown.returncode == 0, shown.stderr
+    return [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]

@@ -15,7 +15,7 @@ import jsonschema
 from tests.http_server.test_face import FIXTURE, recording
 from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
 from tests.policy.test_flow_through_warden import FLOW, FLOW_SERVER
-from tests.support import WARDEN, write_config
+from tests.support import WARDEN, audit_records, write_config
 
 
 def warden(*args: str) -> subprocess.CompletedProcess[str]:
@@ -30,9 +30,7 @@ def add_token(name: str) -> str:
 
 
 def decided(*extra: str) -> list[dict[str, Any]]:
-    out = warden("audit", "show", "--json", "--event", "call.decided", *extra)
-    assert out.returncode == 0, out.stderr
-    return [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return audit_records("call.decided", *extra)
 
 
 def as_(w: WardenHttp, token: str, **extra: str) -> dict[str, str]:

@@ -21,7 +21,7 @@ from tests.conformance.test_fixture_server import answer_elicitation, answer_roo
 from tests.http_server.test_face import FIXTURE, EventReader, legacy_call, recording
 from tests.http_server.test_principals import add_token, as_, decided, modern, warden
 from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
-from tests.support import RAWSERVER, WARDEN, server_pids
+from tests.support import RAWSERVER, WARDEN, audit_records, server_pids
 
 
 def serving(trusting: Path, tmp_path: Path) -> None:
@@ -170,6 +170,7 @@ def test_http_only_flags_without_http_and_stdio_with_http_are_refused(trusting: 
     serving(trusting, tmp_path)
     for args, says in ((("--no-auth",), "only go with --http"),
                        (("--token-file", str(tmp_path / "t")), "only go with --http"),
+                       (("--require-scope", "mcp"), "only go with --http: --require-scope"),
                        (("--stdio", "--http", "127.0.0.1:0"), "--stdio and --http exclude each other"),
                        (("--http", "127.0.0.1:0", "--no-auth", "--token-file", str(tmp_path / "t")),
                         "--no-auth and --token-file exclude each other")):
@@ -233,8 +234,7 @@ async def test_shared_false_runs_one_process_per_principal_and_shared_one_for_al
         assert servers["solo"]["state"] == "running"
         assert "principals" not in servers["pool"]
         assert servers["pool"]["calls"] == 3
-        shown_launches = warden("audit", "show", "--json", "--event", "server.launched").stdout
-        launched = [r for r in map(json.loads, shown_launches.splitlines()) if r["server_name"] == "solo"]
+        launched = [r for r in audit_records("server.launched") if r["server_name"] == "solo"]
         assert len(launched) == 2
         calls = {(r["server_name"], r["principal"]) for r in decided()}
         assert calls == {(s, p) for s in ("solo", "pool") for p in ("token:alice", "token:bob")}
@@ -312,8 +312,7 @@ async def test_pins_approved_for_one_principal_serve_that_principal_only(trustin
         assert everyone.returncode == 0, everyone.stderr
         assert [await sees(w, t) for t in (alice, bob, w.token)] == [True, True, True]
         assert " only)" not in warden("pins", "list", "gate").stdout
-    shown = warden("audit", "show", "--json", "--event", "pin.approved").stdout
-    reasons = [r.get("reason") for r in map(json.loads, shown.splitlines()) if r.get("target") == "echo"]
+    reasons = [r.get("reason") for r in audit_records("pin.approved") if r.get("target") == "echo"]
     assert reasons == ["for token:alice only", "for token:alice, token:bob only", None]
     for bad, says in (("Alice", "is not a principal"), ("token:Alice", "is not a token name"),
                       ("oauth:", "is not a principal")):

@@ -24,6 +24,7 @@ from tests.support import (
     VENV_BIN,
     WARDEN,
     RawHost,
+    audit_records,
     everything_server,
     filesystem_server,
     server_pids,
@@ -179,13 +180,6 @@ def status_json() -> dict[str, Any]:
     return result
 
 
-def reload_records() -> list[dict[str, Any]]:
-    shown = subprocess.run([WARDEN, "audit", "show", "--event", "config.reloaded", "--json"], capture_output=True,
-                           text=True, timeout=30)
-    assert shown.returncode == 0, shown.stderr
-    return [json.loads(line) for line in shown.stdout.splitlines()]
-
-
 async def test_reload_keeps_the_old_config_on_a_bad_file_and_restarts_a_changed_server_as_new(
         four_servers: Path, tmp_path: Path) -> None:
     await approve_all()
@@ -199,9 +193,9 @@ async def test_reload_keeps_the_old_config_on_a_bad_file_and_restarts_a_changed_
         assert any(t["name"] == "time__get_current_time" for t in (await host.response(1, 60))["result"]["tools"])
         four_servers.write_text(good + "\n= broken\n")  # a TOML error on the last line
         with trio.fail_after(30):
-            while not reload_records():
+            while not audit_records("config.reloaded"):
                 await trio.sleep(0.2)
-        refused = reload_records()[-1]
+        refused = audit_records("config.reloaded")[-1]
         assert refused["error"].startswith(f"{four_servers}: invalid TOML")
         assert f"(at line {len(good.splitlines()) + 2}, column 1)" in refused["error"]
         answer = await host.call(2, "time__get_current_time", {"timezone": "UTC"})
@@ -212,9 +206,9 @@ async def test_reload_keeps_the_old_config_on_a_bad_file_and_restarts_a_changed_
         assert changed != good
         four_servers.write_text(changed)
         with trio.fail_after(30):
-            while len(reload_records()) < 2:
+            while len(audit_records("config.reloaded")) < 2:
                 await trio.sleep(0.2)
-        assert reload_records()[-1]["reason"] == "changed, started again as what it now is: time"
+        assert audit_records("config.reloaded")[-1]["reason"] == "changed, started again as what it now is: time"
         with trio.fail_after(30):  # hosts are told every list changed
             while not any(m.get("method") == "notifications/tools/list_changed" for m in host.seen[-20:]):
                 await host.next_message()
@@ -226,9 +220,9 @@ async def test_reload_keeps_the_old_config_on_a_bad_file_and_restarts_a_changed_
         assert "warden pins" in json.dumps(refused_call)
         os.kill(host.process.pid, signal.SIGHUP)  # a reload with nothing changed is recorded too
         with trio.fail_after(30):
-            while len(reload_records()) < 3:
+            while len(audit_records("config.reloaded")) < 3:
                 await trio.sleep(0.2)
-        assert reload_records()[-1]["reason"] == "nothing changed"
+        assert audit_records("config.reloaded")[-1]["reason"] == "nothing changed"
         assert await host.close() == 0
     finally:
         with contextlib.suppress(ProcessLookupError):

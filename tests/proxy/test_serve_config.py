@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.support import FIXTURES, PYTHON, RAWSERVER, WARDEN, RawHost
+from tests.support import FIXTURES, PYTHON, RAWSERVER, WARDEN, RawHost, audit_records
 
 
 def serve(*args: str) -> subprocess.CompletedProcess[str]:
@@ -78,12 +78,6 @@ def test_status_skips_hostile_status_files_without_waiting_or_crashing(trusting:
     assert json.loads(result.stdout)["serving"] == []
 
 
-def reloads() -> list[dict[str, object]]:
-    shown = subprocess.run([WARDEN, "audit", "show", "--event", "config.reloaded", "--json"], capture_output=True,
-                           text=True, timeout=30)
-    return [json.loads(line) for line in shown.stdout.splitlines()]
-
-
 async def test_a_secret_set_anew_restarts_on_reload_the_server_it_is_handed_to(trusting: Path) -> None:
     """Found in review: a reload compared names only, so ``warden secrets set`` of a server's secret left it
     running with the old value. Now the server it is handed to starts again with the new one; the others keep
@@ -111,9 +105,10 @@ async def test_a_secret_set_anew_restarts_on_reload_the_server_it_is_handed_to(t
                 set_secret(values[1])
                 os.kill(host.process.pid, signal.SIGHUP)
                 with trio.fail_after(30):
-                    while not reloads():
+                    while not audit_records("config.reloaded"):
                         await trio.sleep(0.2)
-                assert reloads()[-1]["reason"] == "changed, started again as what it now is: envy"
+                reason = audit_records("config.reloaded")[-1]["reason"]
+                assert reason == "changed, started again as what it now is: envy"
         assert await host.close() == 0
     finally:
         with contextlib.suppress(ProcessLookupError):
