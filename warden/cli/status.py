@@ -106,8 +106,7 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                          + "  " + row[-1]))
     for status in serving:
         if isinstance(status.get("endpoint"), str):
-            print(logs.shown(f"warden serve, pid {status.get('pid')}: serving HTTP at "
-                             f"{for_terminal(status['endpoint'])}"))
+            print(logs.shown(f"warden serve, pid {status.get('pid')}: serving HTTP at {status['endpoint']}"))
     for line in errors:
         print(logs.shown(f"last error of {line}", limit=400))
     return code

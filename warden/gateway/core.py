@@ -35,7 +35,6 @@ from warden.gateway.guard import Guard
 from warden.gateway.link import Caller, Context, HostLink, Sink, host_name
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.pinwatch import watch_file
-from warden.gateway.principals import approves_for_all
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
     present_capabilities,
@@ -967,8 +966,8 @@ class Gateway:
             return encode_error_object(fetched.error, request.id)
         items, ttl, private = fetched
         await self.recorder.pins(await self.guard.observe_list(request.method, items))
-        if self._can_ask_in_band(link, ctx) and approves_for_all(link.principal):
-            consent = self.guard.pending_consent(self.guard.kind_of(request.method))
+        if self._can_ask_in_band(link, ctx):
+            consent = self.guard.pending_consent(self.guard.kind_of(request.method), principal=link.principal)
             if consent is not None:
                 answer = await link.ask(sink, "elicitation/create", consent.params)
                 if answer.ok:
@@ -1071,8 +1070,9 @@ class Gateway:
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
-                consent = self.guard.pending_consent(kind, name if kind != "resource" else None)
-                if consent is None or asker is None or not approves_for_all(caller.principal):
+                consent = self.guard.pending_consent(kind, name if kind != "resource" else None,
+                                                     principal=caller.principal)
+                if consent is None or asker is None:
                     break
                 answer = await asker("elicitation/create", consent.params)
                 approved = await self.guard.apply_consent(consent, answer.result_dict()) if answer.ok else []

@@ -35,6 +35,7 @@ from warden.consent import (
 )
 from warden.errors import PolicyError, StateError
 from warden.gateway.link import Caller
+from warden.gateway.principals import approves_for_all
 from warden.gateway.shaping import routable_client_capabilities
 from warden.policy import (
     NEUTRAL,
@@ -277,9 +278,13 @@ class Guard:
                 out.append(item)
         return out
 
-    def pending_consent(self, kind: EntryKind, key: str | None = None) -> PinConsent | None:
+    def pending_consent(self, kind: EntryKind, key: str | None = None, *,
+                        principal: str | None = None) -> PinConsent | None:
         """A question that would let a human approve what is new or changed of ``kind`` (only ``key`` if given),
-        with the server's identity and instructions if those wait too; None when nothing may be asked in-band."""
+        with the server's identity and instructions if those wait too; None when nothing may be asked in-band,
+        or when ``principal`` may not give an approval that holds for everyone (:func:`approves_for_all`)."""
+        if not approves_for_all(principal):
+            return None
         wanted: list[PinEntry] = []
         for entry in self.store.entries(self.server):
             if entry.state not in (PinState.PENDING, PinState.CHANGED):
