@@ -64,10 +64,15 @@ def http_from_args(ctx: CommandContext, args: argparse.Namespace, *, max_body_si
     """
     if args.http is not None:
         return http_options(ctx, args, max_body_size=max_body_size, question_timeout=question_timeout)
-    if args.no_auth or args.token_file is not None or args.allow_origin or args.allow_host \
-            or args.accept_oauth_issuer is not None:
-        raise ConfigError("--no-auth, --token-file, --allow-origin, --allow-host and --accept-oauth-issuer only go "
-                          "with --http", hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
+    given = [flag for flag, value in (("--no-auth", args.no_auth), ("--token-file", args.token_file),
+                                      ("--allow-origin", args.allow_origin), ("--allow-host", args.allow_host),
+                                      ("--accept-oauth-issuer", args.accept_oauth_issuer),
+                                      ("--accept-oauth-jwks", args.accept_oauth_jwks),
+                                      ("--resource-url", args.resource_url), ("--require-scope", args.require_scope))
+             if value]
+    if given:
+        raise ConfigError(f"HTTP face flags only go with --http: {', '.join(given)}",
+                          hint="add --http 127.0.0.1:PORT to serve hosts over HTTP")
     return None
 
 
