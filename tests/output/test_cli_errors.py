@@ -222,3 +222,17 @@ def test_pins_views_echo_a_pasted_server_name_redacted_and_escaped(state_dir: Pa
     done = _warden("--state-dir", str(state_dir), "pins", "diff", NASTY)  # an error: stderr, same rules
     assert done.returncode == 5
     assert _safe_lines(done.stderr)[0] == f"warden: error: no pins for server {NASTY!r}".replace(SECRET, "[REDACTED]")
+
+
+def test_a_reader_that_goes_away_is_not_reported_as_a_bug(state_dir: Path) -> None:
+    """``warden pins list | head`` closes the pipe early: warden stops quietly, with 128 + SIGPIPE, instead of an
+    "internal error" line asking for a bug report."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([WARDEN, "pins", "list"], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""

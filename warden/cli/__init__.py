@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn, final
@@ -134,6 +135,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # whoever read the output went away (`warden pins list | head`): not a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nor is the flush at exit
+        return 128 + signal.SIGPIPE
     except Exception as exc:  # a bug: its text may quote a server, so one escaped line rather than a traceback
         _report_bug(exc, args.verbose >= 2)
         return os.EX_SOFTWARE
