@@ -141,6 +141,22 @@ class PypiIndex:
     url: str
     projects: dict[str, list[IndexFile]] = field(default_factory=dict)
     counter: list[int] = field(default_factory=lambda: [0])
+    hold: float = 0.0
+    """Seconds each project page waits before it is answered (:meth:`holding`)."""
+    at_once: int = 0
+    most_at_once: int = 0
+    """The most project pages being answered at one time, since :meth:`holding` began."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @contextmanager
+    def holding(self, seconds: float) -> Iterator[None]:
+        """Hold every project page ``seconds`` before answering, so that fetches that overlap are seen to
+        (:attr:`most_at_once`); the index is shared by the session, so the hold ends with the block."""
+        self.hold, self.most_at_once = seconds, 0
+        try:
+            yield
+        finally:
+            self.hold = 0.0
 
     def add(self, project: str, filename: str, data: bytes, *, uploaded: datetime = OLD) -> IndexFile:
         entry = IndexFile(filename, data, hashlib.sha256(data).hexdigest(), uploaded)
@@ -178,6 +194,12 @@ def _serve_index(index: PypiIndex) -> type[BaseHTTPRequestHandler]:
             path = self.path.split("?", 1)[0]
             parts = [p for p in path.split("/") if p]
             if parts[:1] == ["simple"] and len(parts) == 2 and parts[1] in index.projects:
+                with index.lock:
+                    index.at_once += 1
+                    index.most_at_once = max(index.most_at_once, index.at_once)
+                time.sleep(index.hold)
+                with index.lock:
+                    index.at_once -= 1
                 files = [{"filename": f.filename, "url": f"{index.url}files/{f.filename}",
                           "hashes": {"sha256": f.sha256},
                           "upload-time": f.upload_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}

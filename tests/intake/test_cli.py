@@ -9,8 +9,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from tests.intake.conftest import NpmRegistry, client_caches, markers
+from tests.intake.conftest import NpmRegistry, PypiIndex, client_caches, markers
 from tests.intake.test_npm_intake import publish
+from tests.intake.test_pypi_intake import add_wheel
 from tests.support import WARDEN, RawHost, through_warden, write_config
 
 
@@ -93,6 +94,41 @@ async def test_a_failed_intake_is_the_hosts_answer_not_a_closed_connection(
     await host.request(2, "tools/list")
     assert (await host.response(2))["error"] == answer["error"]
     assert await host.close() == 0
+
+
+async def test_serve_fetches_a_cold_starts_packages_side_by_side_and_each_plan_takes_its_own(
+        pypi_index: PypiIndex, tmp_path: Path, host_env: dict[str, str]) -> None:
+    """Four ``uvx`` servers never taken in: ``warden serve`` fetches their packages at the same time (a host such
+    as Claude Desktop gives up on an ``initialize`` that waits for ten fetches in a row), and each server still
+    gets what its own plan would have: one ``package.intake`` record per package, naming the first server that
+    asked for it (two servers run the same one), and a package the index lacks is that server's error alone."""
+    packages = [pypi_index.unique("warden-fixture-py") for _ in range(3)]
+    for package in packages:
+        add_wheel(pypi_index, package, "1.0.0")
+    missing = pypi_index.unique("warden-no-such-py")
+    servers = {"p0": packages[0], "p1": packages[1], "p2": packages[2], "again": packages[0], "gone": missing}
+    write_config(tmp_path, extra="".join(f'\n[servers.{name}]\ncommand = "uvx"\nargs = ["{package}"]\n'
+                                          for name, package in servers.items()))
+    env = {**os.environ, **host_env}
+    with pypi_index.holding(1.0):
+        host = await RawHost.start([WARDEN, "serve", "--stdio"], stderr=subprocess.PIPE, env=env)
+        await host.initialize()
+    assert pypi_index.most_at_once >= 2
+    await host.request("list", "tools/list")
+    answer = await host.response("list", timeout=120)
+    assert await host.close() == 0
+    stderr = (await host.process.stderr.receive_some(1 << 20)).decode() if host.process.stderr else ""
+    result = answer["result"]
+    assert isinstance(result, dict)
+    assert sorted(tool["name"] for tool in result["tools"]) == [
+        "again__markers", "p0__markers", "p1__markers", "p2__markers"]
+    for name in ("p0", "p1", "p2", "gone"):  # each fetched once: a failed fetch is not tried again in a row
+        assert stderr.count(f"{name}: fetching {servers[name]} into warden's package store") == 1, stderr
+    assert "again: fetching" not in stderr
+    assert f"gone: the package index has no package '{missing}'" in stderr
+    intake = sorted((r["server_name"], r["package"]["name"]) for r in audit_records(env)
+                    if r["event"] == "package.intake")
+    assert intake == [(name, servers[name]) for name in ("p0", "p1", "p2")]
 
 
 def test_intake_of_a_command_that_runs_no_package_is_refused_in_one_line(host_env: dict[str, str]) -> None:

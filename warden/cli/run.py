@@ -17,6 +17,7 @@ import signal
 import sys
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePath
@@ -39,7 +40,7 @@ from warden.gateway.guard import Guard
 from warden.gateway.mrtr import load_state_key
 from warden.gateway.recorder import Recorder
 from warden.gateway.stdio import StdioHost
-from warden.intake import IntakeResult, Store, package_record, parse_runner, take_in
+from warden.intake import IntakeResult, PackageRequest, Store, package_record, parse_runner, take_in
 from warden.launcher import Launcher, LaunchSpec
 from warden.policy import (
     PinStore,
@@ -340,11 +341,11 @@ def with_dirs(server: ServerPolicy, read_dirs: Sequence[str], write_dirs: Sequen
 def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
                 options: UpstreamOptions, *, http_headers: Sequence[str] = (), read_dirs: Sequence[str] = (),
                 write_dirs: Sequence[str] = (), oauth: Mapping[str, Any] | None = None,
-                store: PinStore | None = None) -> ServerPlan:
+                store: PinStore | None = None, ahead: FetchedAhead | None = None) -> ServerPlan:
     """Load the effective policy for ``name``, decide the launch, build its sandbox and identity. ``read_dirs`` and
     ``write_dirs`` come from ``--read`` / ``--write`` (see :func:`with_dirs`); ``oauth`` holds the OAuth options;
     ``store`` is the pin store to share (``warden serve``'s servers share one: one copy in memory, one re-read
-    per change).
+    per change); ``ahead`` holds packages :func:`fetch_ahead` took in for the plans being made.
 
     Raises:
         ConfigError: the config or org policy is invalid (nothing runs until it is fixed).
@@ -390,7 +391,7 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
         egress = SandboxEgress(server.network.value) if server.network.value.enabled else None
         launcher = _launcher_for(server, spec, state_dir, ctx.env, egress)
         assert spec is not None
-        fetched = _take_in(server, state_dir, ctx.env)
+        fetched = _take_in(server, state_dir, ctx.env, ahead)
         manifest = launcher.manifest(spec)
         connector = StdioConnector(spec, launcher, options, name, redactor=redactor)
     except (LaunchError, SandboxUnavailable, IntakeError) as exc:
@@ -405,15 +406,74 @@ def plan_server(ctx: CommandContext, name: str, argv: list[str] | None,
     return ServerPlan(name, connector, guard, state_dir, redactor, intake=fetched, egress=egress, handed=handed)
 
 
-def _take_in(server: ServerPolicy, state_dir: Path, env: Mapping[str, str]) -> IntakeResult | None:
+FetchedAhead = dict[PackageRequest, IntakeResult | IntakeError]
+"""What :func:`fetch_ahead` took in, by request; the first plan that asks for a request takes its entry."""
+
+
+def fetch_ahead(ctx: CommandContext, names: Sequence[str], *, at_once: int = 4) -> FetchedAhead:
+    """Take in, ``at_once`` at a time, the packages of the servers ``names`` that are not in warden's store yet,
+    so that a cold start of many ``npx``/``uvx`` servers waits about as long as its slowest fetch, not the sum of
+    them all; planning each server (:func:`plan_server`, one after another) then takes what was fetched for it.
+    A fetch that fails is kept as its error, for that server's plan to report. No package code runs.
+
+    Raises:
+        ConfigError: the config or org policy is invalid (with file:line).
+    """
+    policy = load_effective_policy(ctx.config_path, None, ctx.env, config_required=ctx.config_required)
+    state_dir = ctx.private_state_dir()
+    store = Store(state_dir)
+    wanted: dict[PackageRequest, ServerPolicy] = {}
+    for name in names:
+        server = policy.server(name, None)
+        request = _runner_request(server)
+        if request is not None and request not in wanted and store.lookup(request) is None:
+            wanted[request] = server
+    if len(wanted) < 2:
+        return {}  # nothing to overlap: the plan fetches its one package itself
+    for request, server in wanted.items():
+        _say_fetching(server, request)
+
+    def fetch(request: PackageRequest, server: ServerPolicy) -> IntakeResult | IntakeError:
+        try:
+            return take_in(request, state_dir=state_dir, env=ctx.env, policy=intake_policy(server))
+        except IntakeError as exc:
+            return exc
+
+    with ThreadPoolExecutor(max_workers=at_once, thread_name_prefix="warden-intake") as pool:
+        futures = {request: pool.submit(fetch, request, server) for request, server in wanted.items()}
+    return {request: future.result() for request, future in futures.items()}
+
+
+def _say_fetching(server: ServerPolicy, request: PackageRequest) -> None:
+    log.warning("%s: fetching %s into warden's package store (none of its code runs)", server.name,
+                for_terminal(request.requirement))
+
+
+def _runner_request(server: ServerPolicy) -> PackageRequest | None:
+    """The package an ``npx``/``uvx``/``pipx run`` server runs (taken into warden's store); None for other
+    commands, and for a server that is not sandboxed (it runs its command as written)."""
+    return parse_runner(server.argv) if server.sandbox.value.kind != "none" else None
+
+
+def _take_in(server: ServerPolicy, state_dir: Path, env: Mapping[str, str],
+             ahead: FetchedAhead | None) -> IntakeResult | None:
     """Fetch the package an ``npx``/``uvx``/``pipx run`` server runs into warden's store, if it is not there yet
-    (no package code runs; see :mod:`warden.intake`). Other commands: None."""
-    request = parse_runner(server.argv) if server.sandbox.value.kind != "none" else None
+    (no package code runs; see :mod:`warden.intake`), or take what :func:`fetch_ahead` fetched for it. Other
+    commands: None.
+
+    Raises:
+        IntakeError: the fetch failed or was refused.
+    """
+    request = _runner_request(server)
     if request is None:
         return None
+    taken = ahead.pop(request, None) if ahead is not None else None
+    if isinstance(taken, IntakeError):
+        raise taken
+    if taken is not None:
+        return taken
     if Store(state_dir).lookup(request) is None:
-        log.warning("%s: fetching %s into warden's package store (none of its code runs)", server.name,
-                    for_terminal(request.requirement))
+        _say_fetching(server, request)
     return take_in(request, state_dir=state_dir, env=env, policy=intake_policy(server))
 
 

@@ -39,6 +39,7 @@ from warden.cli.run import (
     add_output_switches,
     add_request_limits,
     configure_logging,
+    fetch_ahead,
     gateway_on,
     host_streams,
     plan_server,
@@ -111,7 +112,8 @@ def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         http = http_cli.http_from_args(ctx, args, max_body_size=options.max_message_size,
                                        question_timeout=options.max_request_time)
         store = PinStore(ctx.private_state_dir())
-        plans = [plan_server(ctx, name, None, options, store=store) for name in names]
+        ahead = fetch_ahead(ctx, names)
+        plans = [plan_server(ctx, name, None, options, store=store, ahead=ahead) for name in names]
         redactor = load_redactor(ctx.private_state_dir(), tuple(v for p in plans for v in p.redactor.values))
         logs.use_redactor(redactor)  # one process: every server's handed values, on every channel
         if http is not None:
@@ -341,8 +343,9 @@ class _Fleet:
             names = _chosen(configured_servers(self._ctx), self._args.server, self._ctx.config_path)
             check_server_names(names, self._args.separator)
             store = next(iter(self.plans.values())).guard.store  # the one every server of this serve shares
+            ahead = await trio.to_thread.run_sync(fetch_ahead, self._ctx, names)
             plans = [await trio.to_thread.run_sync(functools.partial(plan_server, self._ctx, name, None,
-                                                                     self._options, store=store))
+                                                                     self._options, store=store, ahead=ahead))
                      for name in names]
         except WardenError as exc:
             log.error("reload refused, the servers keep running as they were: %s", exc.message)
