@@ -14,15 +14,26 @@ import trio
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.gateway_harness import TOOLS, ScriptedServer, hub_in_process, legacy_handshake, legacy_server
+from tests.gateway_harness import (
+    TOOLS,
+    MemoryConnector,
+    ScriptedHost,
+    ScriptedServer,
+    hub_in_process,
+    legacy_handshake,
+    legacy_server,
+    start_gateway,
+)
 from warden.errors import ConfigError
-from warden.gateway.hub import check_server_names, split_name
+from warden.gateway.hub import Member, check_server_names, split_name
 from warden.policy import PinStore
 from warden.protocol.eras import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
 from warden.protocol.uri_template import template_pattern
 from warden.upstream.connection import UpstreamOptions
 
 RESOURCES = {"tools": {}, "resources": {}}
+MODERN = {META_PROTOCOL_VERSION: "2026-07-28", META_CLIENT_CAPABILITIES: {}}
+SUBSCRIPTION = "io.modelcontextprotocol/subscriptionId"
 
 
 def resource_server(resources: list[str], templates: list[str], tools: tuple[str, ...] = ("echo", "hang")) -> Any:
@@ -381,3 +392,74 @@ async def test_a_question_says_which_server_asks_it(tmp_path: Path) -> None:
         assert question["params"]["message"] == "[evil] [github] GitHub needs your token"
         await host.send({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}})
         assert "decline" in (await host.response(1))["result"]["content"][0]["text"]
+
+
+async def changes_on_call(server: ScriptedServer) -> None:
+    """A legacy server whose tools can change: a call of ``echo`` says its list changed, then answers."""
+    while (message := await server.receive()) is not None:
+        method, id_ = message.get("method"), message.get("id")
+        if id_ is None or await legacy_handshake(server, message, capabilities={"tools": {"listChanged": True}}):
+            continue
+        if method == "tools/list":
+            await server.answer(message, {"tools": TOOLS})
+        elif method == "tools/call":
+            await server.send({"method": "notifications/tools/list_changed"})
+            await server.answer(message, {"content": [{"type": "text", "text": "echo"}]})
+
+
+async def next_notification(host: ScriptedHost, method: str) -> dict[str, Any]:
+    with trio.fail_after(10):
+        while (message := await host.receive()) is not None:
+            if message.get("method") == method:
+                return message
+    raise AssertionError(f"warden closed the host's stream before {method}")
+
+
+@pytest.mark.trio
+async def test_a_2026_hosts_listen_hears_a_reload_and_then_listens_to_the_server_it_added(tmp_path: Path) -> None:
+    """Found in review (issue 14): a reload told legacy hosts that lists changed, and a 2026 host's open
+    ``subscriptions/listen`` nothing; the servers it added were never listened to. Now the listen hears each
+    change it asked for, tagged with its id, and a change the new server reports reaches it too."""
+    async with hub_in_process(tmp_path, {"alpha": legacy_server}) as (host, hub, _servers), \
+            trio.open_nursery() as nursery:
+        await host.request("listen-1", "subscriptions/listen",
+                           {"_meta": MODERN, "notifications": {"toolsListChanged": True, "promptsListChanged": True}})
+        ack = await next_notification(host, "notifications/subscriptions/acknowledged")
+        # The hub tells of reloads and late servers itself, so it honors each list change asked for.
+        assert ack["params"] == {"notifications": {"toolsListChanged": True, "promptsListChanged": True},
+                                 "_meta": {SUBSCRIPTION: "listen-1"}}
+        alpha = hub.members["alpha"]
+        beta = Member("beta", await start_gateway(tmp_path, MemoryConnector(changes_on_call), nursery,
+                                                  options=UpstreamOptions(), name="beta", start=False,
+                                                  store=alpha.gateway.guard.store))
+        beta.gateway.guard.namespaced = True
+        hub.replace([alpha, beta])  # as a reload that added a server does
+        await hub.tell_changed()
+        told = [await next_notification(host, method) for method in ("notifications/tools/list_changed",
+                                                                      "notifications/prompts/list_changed")]
+        assert [m["params"] for m in told] == [{"_meta": {SUBSCRIPTION: "listen-1"}}] * 2
+        await host.request(1, "tools/list", {"_meta": MODERN})
+        names = [t["name"] for t in (await host.response(1))["result"]["tools"]]
+        assert names == ["alpha__echo", "alpha__hang", "beta__echo", "beta__hang"]
+        await host.request(2, "tools/call", {"name": "beta__echo", "arguments": {}, "_meta": MODERN})
+        changed = await next_notification(host, "notifications/tools/list_changed")  # beta's, through the listen
+        assert changed["params"]["_meta"] == {SUBSCRIPTION: "listen-1"}
+        nursery.cancel_scope.cancel()
+
+
+@pytest.mark.trio
+async def test_a_failed_server_does_not_hold_up_a_listens_acknowledgement(tmp_path: Path) -> None:
+    """A listen waited for every server's acknowledgement up to ``list_wait``; a failed server never gives one.
+    Its listen ends at once, and the host is acknowledged by the others."""
+    options = UpstreamOptions(max_restarts=0, restart_backoff=0.01)
+    async with hub_in_process(tmp_path, {"bad": crashes, "good": legacy_server}, options=options,
+                              list_wait=60) as (host, hub, _servers):
+        await host.request(1, "tools/call", {"name": "bad__echo", "arguments": {}, "_meta": MODERN})
+        await host.response(1)
+        with trio.fail_after(10):
+            while hub.members["bad"].status()["state"] != "failed":
+                await trio.sleep(0.05)
+            await host.request("listen-1", "subscriptions/listen",
+                               {"_meta": MODERN, "notifications": {"toolsListChanged": True}})
+            ack = await next_notification(host, "notifications/subscriptions/acknowledged")
+        assert ack["params"]["notifications"] == {"toolsListChanged": True}

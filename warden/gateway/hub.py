@@ -71,8 +71,12 @@ NAME_MAX: Final = 128
 
 _SEPARATOR: Final = re.compile(r"[A-Za-z0-9_.-]{1,8}")
 _NAMED: Final = ("tools/list", "prompts/list", "resources/templates/list")
-_CHANGED: Final = ("notifications/tools/list_changed", "notifications/prompts/list_changed",
-                   "notifications/resources/list_changed")
+_LIST_KEYS: Final[Mapping[str, str]] = {"toolsListChanged": "notifications/tools/list_changed",
+                                        "promptsListChanged": "notifications/prompts/list_changed",
+                                        "resourcesListChanged": "notifications/resources/list_changed"}
+"""What a ``subscriptions/listen`` asks for, and the change it then hears; the hub honors each itself, as its
+capabilities say (it tells of a reload and of a server that came up late), whatever the servers offer."""
+_CHANGED: Final = tuple(_LIST_KEYS.values())
 _OWN_ID: Final = b'"warden-hub"'
 _ACKNOWLEDGED: Final = encode_notification("notifications/subscriptions/acknowledged", b"")[:-2]
 _LEFT_OUT_KEPT: Final = 16
@@ -178,37 +182,78 @@ class Member:
 
 @final
 class _Listening:
-    """A ``subscriptions/listen`` fanned out to every server: each server's acknowledgement is kept back, and the
-    host gets one, the union of theirs; every other message goes to the host as it is."""
+    """A host's ``subscriptions/listen``, fanned out to every server: each server's acknowledgement is kept back,
+    and the host gets one, the union of theirs; every other message goes to the host as it is. A reload's new
+    servers are listened to as well, and its retired ones no longer (:meth:`follow`)."""
 
-    def __init__(self, sink: Sink, expected: int) -> None:
+    def __init__(self, sink: Sink, subscription: Any, wanted: Mapping[str, Any],
+                 listen: Callable[[Member, _Listening, trio.CancelScope], Awaitable[None]],
+                 nursery: trio.Nursery) -> None:
         self._sink = sink
-        self._expected = expected
-        self.acknowledged: list[dict[str, Any]] = []
+        self.subscription = subscription
+        self.honored: dict[str, Any] = {key: True for key in _LIST_KEYS if wanted.get(key) is True}
+        self._listen = listen
+        self._nursery = nursery
+        self._scopes: dict[Member, trio.CancelScope] = {}
+        self._settled: set[Member] = set()
+        """Servers that acknowledged, or whose listen ended without (a failed server holds no one up)."""
+        self._uris: list[str] = []
         self.all_in = trio.Event()
 
-    async def send(self, message: bytes) -> None:
+    def follow(self, members: Mapping[str, Member]) -> None:
+        """Listen to every server of ``members`` (each in a task of its own, in ``scope``) and to no other."""
+        served = set(members.values())
+        for member in [m for m in self._scopes if m not in served]:
+            self._scopes.pop(member).cancel()
+        for member in [m for m in members.values() if m not in self._scopes]:
+            self._scopes[member] = scope = trio.CancelScope()  # all in place before any one can settle
+            self._nursery.start_soon(self._listen, member, self, scope)
+
+    def sink(self, member: Member) -> Sink:
+        """Where ``member``'s gateway writes for this listen."""
+        return _ListenedTo(self, member)
+
+    async def received(self, member: Member, message: bytes) -> None:
         if message.startswith(_ACKNOWLEDGED):  # the gateways' own encoding: every other message passes unread
             params = decode_object(message).get("params")
-            self.acknowledged.append(params if isinstance(params, dict) else {})
-            if len(self.acknowledged) >= self._expected:
-                self.all_in.set()
+            notifications = params.get("notifications") if isinstance(params, dict) else None
+            value = notifications.get("resourceSubscriptions") if isinstance(notifications, dict) else None
+            if isinstance(value, list):
+                self._uris.extend(u for u in value if isinstance(u, str) and u not in self._uris)
+            self.settled(member)
             return
         await self._sink.send(message)
 
+    def settled(self, member: Member) -> None:
+        self._settled.add(member)
+        if self._settled >= self._scopes.keys():
+            self.all_in.set()
+
+    async def tell(self, method: str) -> None:
+        """``method`` (a list changed), if the host asked for it, tagged with the listen's id."""
+        if any(self.honored.get(key) is True and changed == method for key, changed in _LIST_KEYS.items()):
+            with contextlib.suppress(trio.ClosedResourceError):
+                await self._sink.send(encode_notification(method, encode_json(
+                    {"_meta": {META_SUBSCRIPTION_ID: self.subscription}})))
+
     def union(self) -> dict[str, Any]:
-        honored: dict[str, Any] = {}
-        uris: list[str] = []
-        for params in self.acknowledged:
-            notifications = params.get("notifications")
-            for key, value in (notifications if isinstance(notifications, dict) else {}).items():
-                if key == "resourceSubscriptions" and isinstance(value, list):
-                    uris.extend(u for u in value if isinstance(u, str) and u not in uris)
-                elif value is True:
-                    honored[key] = True
-        if uris:
-            honored["resourceSubscriptions"] = uris
-        return honored
+        """What the host's acknowledgement says is honored: every list change it asked for (:data:`_LIST_KEYS`),
+        and the resource subscriptions the servers took."""
+        if self._uris:
+            self.honored["resourceSubscriptions"] = list(self._uris)
+        return self.honored
+
+
+@final
+class _ListenedTo:
+    """One server's share of a host's listen (:meth:`_Listening.sink`)."""
+
+    def __init__(self, listening: _Listening, member: Member) -> None:
+        self._listening = listening
+        self._member = member
+
+    async def send(self, message: bytes) -> None:
+        await self._listening.received(self._member, message)
 
 
 Handler = Callable[[Request, HostLink, Sink], Awaitable[bytes]]
@@ -239,6 +284,8 @@ class Hub:
         self._templates: dict[str, list[tuple[str, Any]]] = {}
         """Each server's templates at its last answer (an error answer: none), with their matchers."""
         self._awaited: set[str] = set()
+        self._listening: set[_Listening] = set()
+        """The hosts' open ``subscriptions/listen`` (2026 hosts)."""
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize, "server/discover": self._discover, "ping": self._ping,
             "tools/call": self._named, "prompts/get": self._named, "completion/complete": self._complete,
@@ -344,12 +391,17 @@ class Hub:
         return gone
 
     async def tell_changed(self) -> None:
-        """Tell every legacy host that every list may have changed (a server came up, or a reload)."""
+        """Tell every host that every list may have changed (a server came up, or a reload): a legacy host on its
+        session, a 2026 host on each listen that asked for it, which now listens to a reload's new servers too."""
         for link in list(self._links):
             if link.legacy is not None and link.unsolicited is not None:
                 for method in _CHANGED:
                     with contextlib.suppress(trio.ClosedResourceError):
                         await link.unsolicited.send(encode_notification(method, None))
+        for listening in list(self._listening):
+            listening.follow(self.members)
+            for method in _CHANGED:
+                await listening.tell(method)
 
     async def _serving(self, member: Member, link: HostLink) -> Member:
         """The member that serves ``link``: ``member`` itself, or, for a server of one process per principal
@@ -673,20 +725,27 @@ class Hub:
         for uri in uris:
             with contextlib.suppress(WardenError):
                 owners.setdefault((await self._owner(uri, request, link)).name, []).append(uri)
-        listening = _Listening(sink, len(self.members))
 
-        async def listen(member: Member) -> None:
-            mine = {**wanted, "resourceSubscriptions": owners.get(member.name, [])}
-            await self._forward(member, request, {**params, "notifications": mine}, link, listening, counted=False)
+        async def listen(member: Member, listening: _Listening, scope: trio.CancelScope) -> None:
+            with scope:
+                mine = {**wanted, "resourceSubscriptions": owners.get(member.name, [])}
+                with contextlib.suppress(WardenError):  # a reload retired it meanwhile
+                    await self._forward(member, request, {**params, "notifications": mine}, link,
+                                        listening.sink(member), counted=False)
+                listening.settled(member)  # it ended (a failed server): the others are not kept waiting for it
 
         async with trio.open_nursery() as nursery:
-            for member in self.members.values():
-                nursery.start_soon(listen, member)
+            listening = _Listening(sink, decode_json(request.id), wanted, listen, nursery)
+            listening.follow(self.members)
             with trio.move_on_after(self._list_wait):
                 await listening.all_in.wait()
             await sink.send(encode_notification("notifications/subscriptions/acknowledged", encode_json(
-                {"notifications": listening.union(), "_meta": {META_SUBSCRIPTION_ID: decode_json(request.id)}})))
-            await trio.sleep_forever()
+                {"notifications": listening.union(), "_meta": {META_SUBSCRIPTION_ID: listening.subscription}})))
+            self._listening.add(listening)
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._listening.discard(listening)
         raise AssertionError("unreachable")  # pragma: no cover
 
 
