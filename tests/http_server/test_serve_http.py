@@ -241,6 +241,50 @@ async def test_shared_false_runs_one_process_per_principal_and_shared_one_for_al
     assert not rawservers_below(w.process.pid)
 
 
+async def solo_status() -> dict[str, Any]:
+    shown = await trio.run_process([WARDEN, "status", "--json"], capture_stdout=True)
+    servers = {s["name"]: s for s in json.loads(shown.stdout)["serving"][0]["servers"]}
+    return servers["solo"]
+
+
+async def test_a_principals_own_process_is_stopped_once_idle_never_mid_call_and_comes_back(trusting: Path,
+                                                                                          tmp_path: Path) -> None:
+    """Each principal's own process of a ``shared = false`` server stayed up until serve stopped: 64 principals
+    held 64 sandboxes for good. Now one unused for ``--idle-stop`` seconds is stopped, never while it answers a
+    call (a call longer than the idle time completes), its calls stay counted, and the principal's next request
+    starts it again as a new process."""
+    with trusting.open("a") as config:
+        config.write(f"\n[servers.solo]\ncommand = {json.dumps(RAWSERVER[0])}\n"
+                     f"args = {json.dumps(RAWSERVER[1:])}\nshared = false\n")
+    alice = add_token("alice")
+    async with warden_http([], "--idle-stop", "1", cwd=tmp_path) as w:
+        slow = await modern(w, alice, 1, "tools/call", {"name": "solo__slow", "arguments": {"seconds": 3}})
+        assert slow.json()["result"]["content"][0]["text"] == "slow done", slow.text
+        first = rawservers_below(w.process.pid)
+        assert len(first) == 1, first
+        with trio.fail_after(20):
+            while rawservers_below(w.process.pid):
+                await trio.sleep(0.2)
+            while (status := await solo_status())["principals"]:
+                await trio.sleep(0.2)
+        assert status["calls"] == 1
+        again = await modern(w, alice, 2, "tools/call", {"name": "solo__echo", "arguments": {"text": "back"}})
+        assert again.json()["result"]["content"][0]["text"] == "back", again.text
+        second = rawservers_below(w.process.pid)
+        assert len(second) == 1 and not second & first, (first, second)
+        with trio.fail_after(20):
+            while (status := await solo_status())["calls"] != 2:
+                await trio.sleep(0.2)
+        assert status["principals"] == ["token:alice"]
+        assert len([r for r in audit_records("server.launched") if r["server_name"] == "solo"]) == 2
+
+
+def test_idle_stop_below_zero_is_refused(trusting: Path, tmp_path: Path) -> None:
+    refused = warden("serve", "--http", "127.0.0.1:0", "--idle-stop", "-1")
+    assert refused.returncode == 2, refused.stderr
+    assert "--idle-stop -1: the seconds must be 0 (never) or more" in refused.stderr
+
+
 async def test_only_the_local_users_principals_are_asked_to_approve_pins_in_band(trusting: Path,
                                                                                 tmp_path: Path) -> None:
     """A pin approval holds for everyone, so a named token's host is never asked for one (its approval would

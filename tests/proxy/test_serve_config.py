@@ -113,3 +113,42 @@ async def test_a_secret_set_anew_restarts_on_reload_the_server_it_is_handed_to(t
     finally:
         with contextlib.suppress(ProcessLookupError):
             host.process.kill()
+
+
+@pytest.mark.parametrize("era", ["legacy", "2026"])
+async def test_a_call_in_flight_when_a_reload_replaces_its_server_is_answered_at_once(trusting: Path,
+                                                                                    era: str) -> None:
+    """Found in review: a 2026 host's call to a server a reload replaced while it ran waited out its whole
+    deadline (a legacy host's got "stopped by warden"). Now retiring a server ends what it is answering, and the
+    host is told to try again, in both eras; the new server (approved, as a changed one must be) answers the
+    retry."""
+    meta = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                      "io.modelcontextprotocol/clientCapabilities": {}}} if era == "2026" else {}
+    good = trusting.read_text() + table("raw")
+    trusting.write_text(good)
+    host = await RawHost.start([WARDEN, "serve"], env=os.environ)
+    try:
+        if not meta:
+            await host.initialize()
+        await host.request(1, "tools/list", meta)
+        await host.response(1, 60)
+        await host.request(2, "tools/call", {"name": "raw__slow", "arguments": {"seconds": 30}, **meta})
+        await trio.sleep(0.5)
+        trusting.write_text(good + 'env = ["HOME"]\n')  # the server's launch changes: a reload replaces it
+        with trio.fail_after(15):
+            answer = await host.response(2, 15)
+        assert answer["error"]["message"] in (
+            "stopped by warden", "server 'raw' was stopped (a reload replaced or removed it) while answering; "
+                                 "try again"), answer
+        approved = subprocess.run([WARDEN, "pins", "approve", "raw", "--yes"], capture_output=True, text=True,
+                                  timeout=60)
+        assert approved.returncode == 0, approved.stderr
+        retried = await host.call(3, "raw__echo", {"text": "again"}, timeout=60) if not meta else None
+        if meta:
+            await host.request(3, "tools/call", {"name": "raw__echo", "arguments": {"text": "again"}, **meta})
+            retried = await host.response(3, 60)
+        assert retried is not None and retried["result"]["content"][0]["text"] == "again", retried
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()

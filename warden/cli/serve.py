@@ -79,6 +79,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         help="start every server at once (default: each on its first use)")
     parser.add_argument("--list-wait", type=float, default=10.0, metavar="SECONDS",
                         help="how long a list waits for each server before answering without it (default 10)")
+    parser.add_argument("--idle-stop", type=float, default=600.0, metavar="SECONDS",
+                        help="over HTTP, stop a principal's own process of a shared = false server once it has "
+                             "been unused this long; its next request starts a new one (default 600; 0: never)")
     parser.add_argument("--max-restarts", type=int, default=5, metavar="N",
                         help="mark a server failed after N quick crashes in a row (default 5)")
     parser.add_argument("--notification-rate", type=float, default=500.0, metavar="N",
@@ -105,6 +108,8 @@ def serve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     try:
         if args.stdio and args.http is not None:
             raise ConfigError("--stdio and --http exclude each other", hint="serve on one of them")
+        if not args.idle_stop >= 0:
+            raise ConfigError(f"--idle-stop {args.idle_stop:g}: the seconds must be 0 (never) or more")
         names = _chosen(configured_servers(ctx), args.server, ctx.config_path)
         check_server_names(names, args.separator)
         options = UpstreamOptions(request_timeout=args.request_timeout, max_request_time=args.max_request_time,
@@ -206,7 +211,8 @@ async def open_fleet(ctx: CommandContext, plans: list[ServerPlan], options: Upst
         nursery = await stack.enter_async_context(trio.open_nursery())
         if log_ is not None:
             nursery.start_soon(audit.cosign_in_background, state_dir)
-        fleet.hub = hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait)
+        fleet.hub = hub = Hub(members, background=nursery, separator=args.separator, list_wait=args.list_wait,
+                              idle_stop=args.idle_stop)
         status = _StatusFile(state_dir, fleet, ctx.config_path)
         nursery.start_soon(status.keep)
         nursery.start_soon(fleet.signals, nursery.cancel_scope)
@@ -234,8 +240,8 @@ class _Fleet:
         self._redactor = redactor
         self._gateways = gateways
         self.plans: dict[str, ServerPlan] = {}
-        self._scopes: dict[str, list[trio.CancelScope]] = {}
-        """Each server's gateway tasks: its own, and (``shared = false`` over HTTP) each principal's."""
+        self._scopes: dict[str, trio.CancelScope] = {}
+        """Each server's gateway task (a principal's own, ``shared = false``, is its member's in the hub)."""
         self.hub: Hub | None = None
         self.faces: list[_Redacting] = []
         """Where hosts are served: each redacts every server's handed values, widened by a reload."""
@@ -257,19 +263,18 @@ class _Fleet:
         self.plans[plan.name] = plan
         return member
 
-    async def _open(self, plan: ServerPlan) -> tuple[Member, list[trio.CancelScope]]:
+    async def _open(self, plan: ServerPlan) -> tuple[Member, trio.CancelScope]:
         """``plan``'s gateway, open in a task of its own until its scope is cancelled (its upstream starts on
         first use, in the hub); its names are shown namespaced. Over HTTP, a server with ``shared = false``
         gets one more gateway (and process) for each principal that uses it (:meth:`_open_own`)."""
         gateway, scope = await self._gateway(plan)
-        scopes = [scope]
         own = None
         if self._args.http is not None and not plan.guard.policy.shared.value:
-            own = functools.partial(self._open_own, plan, scopes)
+            own = functools.partial(self._open_own, plan, scope)
             if plan.guard.policy.sandbox.value.write_dirs:
                 log.warning("%s: shared = false, but every principal's process may write the same write_dirs; "
                             "what one stores there, the others' can read", plan.name)
-        return Member(plan.name, gateway, own=own), scopes
+        return Member(plan.name, gateway, own=own), scope
 
     async def _gateway(self, plan: ServerPlan) -> tuple[Gateway, trio.CancelScope]:
         plan.guard.namespaced = True
@@ -279,10 +284,12 @@ class _Fleet:
         opened: tuple[Gateway, trio.CancelScope] = await self._gateways.start(self._keep, plan)
         return opened
 
-    async def _open_own(self, plan: ServerPlan, scopes: list[trio.CancelScope], principal: str) -> Gateway:
-        """A principal's own gateway of ``plan``'s server (``shared = false``): planned again, so it has a
-        sandbox, egress proxy and guard of its own, and refused if the config no longer plans it the same way
-        (a reload is on its way; the host retries once it is done).
+    async def _open_own(self, plan: ServerPlan, configured: trio.CancelScope,
+                        principal: str) -> tuple[Gateway, trio.CancelScope]:
+        """A principal's own gateway of ``plan``'s server (``shared = false``) and the scope it runs in (the hub
+        cancels it when the server is retired or the process goes idle): planned again, so it has a sandbox,
+        egress proxy and guard of its own, and refused if the config no longer plans it the same way (a reload
+        is on its way; the host retries once it is done). ``configured`` is the configured server's scope.
 
         Raises:
             WardenError: the config changed, or cannot be read.
@@ -296,12 +303,11 @@ class _Fleet:
             raise WardenError(f"server {plan.name!r} changed in the config since it was loaded",
                               hint="retry once warden serve has reloaded it")
         gateway, scope = await self._gateway(again)
-        scopes.append(scope)
-        if scopes[0].cancel_called:  # a reload retired the server while this one was being planned
+        if configured.cancel_called:  # a reload retired the server while this one was being planned
             scope.cancel()
             raise WardenError(f"server {plan.name!r} was reloaded; try again")
         log.info("%s: started a process of its own for principal %r (shared = false)", plan.name, principal)
-        return gateway
+        return gateway, scope
 
     async def _keep(self, plan: ServerPlan,
                     task_status: trio.TaskStatus[tuple[Gateway, trio.CancelScope]] = trio.TASK_STATUS_IGNORED) -> None:
@@ -358,15 +364,14 @@ class _Fleet:
         changed = [p for p in plans if p.name in self.plans and _differs(p, self.plans[p.name])]
         added = [p for p in plans if p.name not in self.plans]
         removed = [name for name in self.plans if name not in names]
-        opened: dict[str, tuple[Member, list[trio.CancelScope]]] = {}
+        opened: dict[str, tuple[Member, trio.CancelScope]] = {}
         try:  # every new gateway open before anything is retired: a failure leaves the old servers as they were
             self._widen([v for p in changed + added for v in p.redactor.values])
             for plan in changed + added:
                 opened[plan.name] = await self._open(plan)
         except (WardenError, OSError) as exc:
-            for _, scopes in opened.values():
-                for scope in scopes:
-                    scope.cancel()
+            for _, scope in opened.values():
+                scope.cancel()
             message = exc.message if isinstance(exc, WardenError) else f"{type(exc).__name__}: {exc}"
             log.error("reload failed, the servers keep running as they were: %s", message)
             await self._record(error=message)
@@ -380,9 +385,8 @@ class _Fleet:
             self.plans[plan.name] = plan
         for name in removed:
             del self.plans[name]
-        for scopes in retired:
-            for scope in scopes:
-                scope.cancel()
+        for scope in retired:
+            scope.cancel()
         summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
             ("added", [p.name for p in added]), ("changed, started again as what it now is", [p.name for p in changed]),
             ("removed", removed)) if items) or "nothing changed"

@@ -134,11 +134,12 @@ class Member:
     what ``warden status`` reports of it."""
 
     def __init__(self, name: str, gateway: Gateway, *,
-                 own: Callable[[str], Awaitable[Gateway]] | None = None) -> None:
+                 own: Callable[[str], Awaitable[tuple[Gateway, trio.CancelScope]]] | None = None) -> None:
         self.name = name
         self.gateway = gateway
         self.own = own
-        """``shared = false``: opens this server's gateway (and process) for one principal; None: one for all."""
+        """``shared = false``: opens this server's gateway (and process) for one principal, with the scope the
+        gateway runs in; None: one for all."""
         self.instances: dict[str, Member] = {}
         """With ``own``: each principal's own server, by principal (this member's gateway serves stdio only)."""
         self.opening = trio.Lock()
@@ -150,6 +151,12 @@ class Member:
         """Calls answered with a JSON-RPC error: refused by policy, or failed (a tool's own ``isError`` is not)."""
         self.parent: Member | None = None
         """For a principal's own server: the configured one it was opened for."""
+        self.closing: trio.CancelScope | None = None
+        """For a principal's own server: the scope its gateway runs in (cancelled with its upstream)."""
+        self.last_used = 0.0
+        self.answering: set[trio.CancelScope] = set()
+        """The requests (a listen among them) it is answering now, each in its own scope: a principal's own
+        server is never stopped idle while any is, and retiring the server ends them with an error."""
         self.left_out: set[str] = set()
         """Entries this server listed that the hub could not show (a name too long once namespaced); the first
         few only (a server can rename its entries on every list)."""
@@ -174,10 +181,15 @@ class Member:
         return status
 
     def retire(self) -> None:
-        """Stop this server's upstream, and every principal's own."""
+        """Stop this server's upstream, and every principal's own (with its gateway); the requests they are
+        answering end at once (:meth:`Hub._forward` answers each with an error), none waits on a stopped server."""
         self.scope.cancel()
+        if self.closing is not None:
+            self.closing.cancel()
+        for answering in self.answering:
+            answering.cancel()
         for instance in self.instances.values():
-            instance.scope.cancel()
+            instance.retire()
 
 
 @final
@@ -269,12 +281,15 @@ class Hub:
     """
 
     def __init__(self, members: Sequence[Member], *, background: trio.Nursery,
-                 separator: str = DEFAULT_SEPARATOR, list_wait: float = 10.0) -> None:
+                 separator: str = DEFAULT_SEPARATOR, list_wait: float = 10.0, idle_stop: float = 600.0) -> None:
         check_server_names([m.name for m in members], separator)
         self.members: Mapping[str, Member] = {m.name: m for m in members}
         self._background = background
         self._separator = separator
         self._list_wait = list_wait
+        self._idle_stop = idle_stop
+        """How long a principal's own server may go unused before its process is stopped (0: never)."""
+        self._sweeping = False
         self._links: dict[HostLink, dict[str, tuple[Member, HostLink]]] = {}
         """Each host link's sub-link to each server it used, with the member that serves it (a principal's own,
         for a server of one process per principal)."""
@@ -422,10 +437,37 @@ class Hub:
                     raise WardenError(f"server {member.name!r} already runs one process for each of "
                                       f"{MAX_PRINCIPALS} principals (shared = false)",
                                       hint="set shared = true for it, or restart warden serve")
-                instance = Member(member.name, await member.own(principal))
-                instance.parent = member
+                gateway, closing = await member.own(principal)
+                instance = Member(member.name, gateway)
+                instance.parent, instance.closing, instance.last_used = member, closing, trio.current_time()
                 member.instances[principal] = instance
+                if self._idle_stop > 0 and not self._sweeping:
+                    self._sweeping = True
+                    self._background.start_soon(self._stop_idle)
             return instance
+
+    async def _stop_idle(self) -> None:
+        """Stop each principal's own server that has answered nothing for ``idle_stop`` seconds and has nothing in
+        flight (a listen open keeps it): its process and sandbox go, and the principal's next request opens a new
+        one. Its calls and refusals stay counted in the configured server's."""
+        while True:
+            await trio.sleep(min(self._idle_stop / 4, 60.0))
+            now = trio.current_time()
+            for member in list(self.members.values()):
+                for principal, instance in list(member.instances.items()):
+                    if instance.answering or now - instance.last_used < self._idle_stop:
+                        continue
+                    del member.instances[principal]
+                    member.calls += instance.calls
+                    member.refused += instance.refused
+                    for subs in self._links.values():
+                        served = subs.get(member.name)
+                        if served is not None and served[0] is instance:
+                            del subs[member.name]
+                            instance.gateway.detach(served[1])
+                    instance.retire()
+                    log.info("%s: stopped principal %r's own process after %g s unused (shared = false)",
+                             member.name, principal, self._idle_stop)
 
     async def _sub(self, link: HostLink, member: Member) -> tuple[Member, HostLink]:
         """The member that serves ``link`` (:meth:`_serving`) and the host's link to it (made on first use, and
@@ -441,6 +483,7 @@ class Hub:
         if served is not None:
             return served
         member = await self._serving(member.parent or member, link)
+        member.last_used = trio.current_time()
         await self._start(member)
         served = subs.get(member.name)  # made meanwhile, by another request of this link
         if served is not None:
@@ -476,7 +519,16 @@ class Hub:
         if params is not None:
             body = encode_json(params)
             request = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
-        response = await member.gateway.handle(request, sub, sink)
+        with trio.CancelScope() as answering:
+            member.answering.add(answering)
+            try:
+                response = await member.gateway.handle(request, sub, sink)
+            finally:
+                member.answering.discard(answering)
+                member.last_used = trio.current_time()
+        if answering.cancelled_caught:
+            response = encode_error(request.id, INTERNAL_ERROR, f"server {member.name!r} was stopped (a reload "
+                                    "replaced or removed it) while answering; try again")
         if counted:
             member.calls += 1
             member.refused += _is_error(response)
