@@ -271,7 +271,8 @@ async def test_a_principals_own_process_is_stopped_once_idle_never_mid_call_and_
         again = await modern(w, alice, 2, "tools/call", {"name": "solo__echo", "arguments": {"text": "back"}})
         assert again.json()["result"]["content"][0]["text"] == "back", again.text
         second = rawservers_below(w.process.pid)
-        assert len(second) == 1 and not second & first, (first, second)
+        assert len(second) == 1, second
+        assert not second & first, (first, second)
         with trio.fail_after(20):
             while (status := await solo_status())["calls"] != 2:
                 await trio.sleep(0.2)
@@ -363,3 +364,51 @@ async def test_pins_approved_for_one_principal_serve_that_principal_only(trustin
         refused = warden("pins", "approve", "gate", "--yes", "--principal", bad)
         assert refused.returncode == 2, refused.stderr
         assert says in refused.stderr
+
+
+async def test_an_approval_for_one_principal_tells_that_principals_sessions_only(trusting: Path,
+                                                                                tmp_path: Path) -> None:
+    """What an approval changed was worked out for the local user alone, so one made ``--principal token:alice``
+    told no session (alice listed her tools again only when she happened to). Now each principal's sessions
+    hear ``list_changed`` when their own lists change: alice's for her approval, bob's not until one that
+    holds for him. (Found with it: behind serve, a session's GET stream opened after its first request got no
+    server's notifications at all; each server's link now writes to the session's stream as it is now.)"""
+    with trusting.open("a") as config:
+        config.write(f'\n[servers.gate]\ncommand = {json.dumps(RAWSERVER[0])}\nargs = {json.dumps(RAWSERVER[1:])}\n'
+                     'on_new = "ask"\n')
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http([], cwd=tmp_path) as w:
+        sessions = {token: await legacy_session(w, token) for token in (alice, bob)}
+        for token, session in sessions.items():
+            listed = await w.post({"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                                  as_(w, token, mcp_session_id=session))
+            assert listed.json()["result"]["tools"] == [], listed.text  # everything waits for approval
+        get = {token: {**as_(w, token, mcp_session_id=session), "accept": "text/event-stream"}
+               for token, session in sessions.items()}
+        heard: dict[str, list[str]] = {alice: [], bob: []}
+
+        async def hear(token: str, task_status: trio.TaskStatus[None]) -> None:
+            async with w.client.stream("GET", w.url, headers=get[token]) as stream:
+                events = EventReader(stream)
+                assert (await events.next()).data == ""  # priming
+                task_status.started()
+                while True:
+                    heard[token].append((await events.message()).get("method", ""))
+
+        async def changed(token: str) -> bool:
+            with trio.move_on_after(3):
+                while "notifications/tools/list_changed" not in heard[token]:
+                    await trio.sleep(0.05)
+            told = "notifications/tools/list_changed" in heard[token]
+            heard[token].clear()
+            return told
+
+        async with trio.open_nursery() as nursery:
+            for token in (alice, bob):
+                await nursery.start(hear, token)
+            assert warden("pins", "approve", "gate", "--yes", "--principal", "token:alice").returncode == 0
+            assert await changed(alice)
+            assert not await changed(bob)
+            assert warden("pins", "approve", "gate", "--yes").returncode == 0
+            assert await changed(bob)
+            nursery.cancel_scope.cancel()

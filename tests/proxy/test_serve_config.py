@@ -143,11 +143,9 @@ async def test_a_call_in_flight_when_a_reload_replaces_its_server_is_answered_at
         approved = subprocess.run([WARDEN, "pins", "approve", "raw", "--yes"], capture_output=True, text=True,
                                   timeout=60)
         assert approved.returncode == 0, approved.stderr
-        retried = await host.call(3, "raw__echo", {"text": "again"}, timeout=60) if not meta else None
-        if meta:
-            await host.request(3, "tools/call", {"name": "raw__echo", "arguments": {"text": "again"}, **meta})
-            retried = await host.response(3, 60)
-        assert retried is not None and retried["result"]["content"][0]["text"] == "again", retried
+        await host.request(3, "tools/call", {"name": "raw__echo", "arguments": {"text": "again"}, **meta})
+        retried = await host.response(3, 60)
+        assert retried["result"]["content"][0]["text"] == "again", retried
         assert await host.close() == 0
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -141,6 +141,8 @@ class _Listener:
     sink: Sink
     id: Any
     honored: dict[str, Any]
+    principal: str | None = None
+    """Whom the face authenticated for it: what an approval changed is told to the principals it changed for."""
 
 
 URL_ELICITATION_REQUIRED: Final = -32042
@@ -299,7 +301,9 @@ class Gateway:
         self._in_flight: set[_InFlight] = set()
         self._tools: dict[str, dict[str, Any]] = {}
         self._observed: ServerDescription | None = None
-        self._visible: dict[EntryKind, frozenset[str]] = {}
+        self._visible: dict[str | None, dict[EntryKind, frozenset[str]]] = {}
+        """What each connected principal's hosts may see of each kind (a pin approved for one principal changes
+        only its lists)."""
         self._elicited: OrderedDict[str, HostLink] = OrderedDict()
         """The host each URL-mode elicitation went to, by ``elicitationId``: its completion goes there only."""
         self._tasks = TaskTable()
@@ -328,18 +332,28 @@ class Gateway:
     async def watch_pins(self) -> None:
         """Watch the pin store for the gateway's lifetime (in the background nursery): the guard then re-reads it
         only when it changed, and every connected host hears what an approval made anywhere changed."""
-        self._visible = {kind: self.guard.visible_keys(kind) for kind in _KIND_CHANGED}
+        self._visible = {None: {kind: self.guard.visible_keys(kind) for kind in _KIND_CHANGED}}
         self.guard.watched(await self._background.start(watch_file, self.guard.store.path, self._pins_changed))
 
     async def _pins_changed(self) -> None:
         if not self.guard.pins_changed():
             return  # warden's own write (a list it observed): what hosts see is answered with that list
-        now = {kind: self.guard.visible_keys(kind) for kind in _KIND_CHANGED}
-        methods = {_KIND_CHANGED[kind] for kind, keys in now.items() if keys != self._visible.get(kind)}
-        self._visible = now
-        for method in sorted(methods):
+        principals = {None, *(link.principal for link in self._links),
+                      *(listener.principal for listener in self._listeners)}
+        told: dict[str, set[str | None]] = {}
+        visible: dict[str | None, dict[EntryKind, frozenset[str]]] = {}
+        for principal in principals:
+            visible[principal] = now = {kind: self.guard.visible_keys(kind, principal) for kind in _KIND_CHANGED}
+            if principal not in self._visible:
+                continue  # not attached while pins were watched: it has nothing to list again
+            before = self._visible[principal]
+            for kind, keys in now.items():
+                if keys != before.get(kind):
+                    told.setdefault(_KIND_CHANGED[kind], set()).add(principal)
+        self._visible = visible
+        for method in sorted(told):
             log.info("%s: pins changed; telling hosts (%s)", self._name, method)
-            await self._tell_hosts(method, None)
+            await self._tell_hosts(method, None, principals=told[method])
 
     def _waiting_notice(self) -> str | None:
         """What hosts are shown while entries wait for approval: the exact command that reviews them."""
@@ -363,6 +377,9 @@ class Gateway:
 
     def attach(self, link: HostLink) -> None:
         self._links.add(link)
+        if self._visible and link.principal not in self._visible:  # pins are watched: know what it sees now
+            self._visible[link.principal] = {kind: self.guard.visible_keys(kind, link.principal)
+                                             for kind in _KIND_CHANGED}
 
     def expect_legacy_host(self) -> None:
         """The one host in front (stdio) speaks the legacy era: see :meth:`Upstream.expect_legacy_host`."""
@@ -974,7 +991,7 @@ class Gateway:
                     await self.recorder.approved(await self.guard.apply_consent(consent, answer.result_dict()))
         visible = self.guard.visible(request.method, items, link.principal)
         kind = self.guard.kind_of(request.method)
-        self._visible[kind] = self.guard.visible_keys(kind)
+        self._visible.setdefault(link.principal, {})[kind] = self.guard.visible_keys(kind, link.principal)
         notice = self._waiting_notice()
         if notice is not None and link.legacy is not None and link.unsolicited is not None:
             # On the host's own channel (stdio; an HTTP session's GET stream), not in this answer's stream: the
@@ -1201,14 +1218,19 @@ class Gateway:
         with contextlib.suppress(trio.ClosedResourceError):
             await link.unsolicited.send(encode_notification("notifications/elicitation/complete", params))
 
-    async def _tell_hosts(self, method: str, params: bytes | None) -> None:
+    async def _tell_hosts(self, method: str, params: bytes | None, *,
+                          principals: set[str | None] | None = None) -> None:
+        """``method`` to every connected host (each legacy session, each listen that asked for it), or only to
+        those of ``principals``."""
         message = encode_notification(method, params)
         for link in list(self._links):
             if link.unsolicited is None or link.legacy is None or method not in SERVER_NOTIFICATIONS[link.era]:
                 continue
+            if principals is not None and link.principal not in principals:
+                continue
             with contextlib.suppress(trio.ClosedResourceError):
                 await link.unsolicited.send(message)
-        await self._to_listeners(method, params)
+        await self._to_listeners(method, params, principals)
 
     # -- subscriptions/listen (2026 hosts, and warden's own listen on a 2026 server) ---------------------------
 
@@ -1233,7 +1255,7 @@ class Gateway:
             subscribed = [uri for uri in uris if (await self.upstream.request("resources/subscribe", {"uri": uri})).ok]
             if subscribed:
                 honored["resourceSubscriptions"] = subscribed
-        listener = _Listener(sink, decode_json(request.id), honored)
+        listener = _Listener(sink, decode_json(request.id), honored, link.principal)
         meta = {META_SUBSCRIPTION_ID: listener.id}
         await sink.send(encode_notification("notifications/subscriptions/acknowledged",
                                             encode_json({"notifications": honored, "_meta": meta})))
@@ -1244,7 +1266,8 @@ class Gateway:
             self._listeners.discard(listener)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _to_listeners(self, method: str, params: bytes | None) -> None:
+    async def _to_listeners(self, method: str, params: bytes | None,
+                            principals: set[str | None] | None = None) -> None:
         key = _LISTEN_NOTIFICATIONS.get(method)
         if not self._listeners or (key is None and method != "notifications/resources/updated"):
             return
@@ -1252,6 +1275,8 @@ class Gateway:
         uri = body.get("uri")
         for listener in list(self._listeners):
             if key is not None and not listener.honored.get(key):
+                continue
+            if principals is not None and listener.principal not in principals:
                 continue
             if key is None and uri not in (listener.honored.get("resourceSubscriptions") or ()):
                 continue

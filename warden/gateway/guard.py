@@ -169,15 +169,16 @@ class Guard:
         if not self._watched:
             self.store.refresh()
 
-    def visible_keys(self, kind: EntryKind) -> frozenset[str]:
-        """The keys of ``kind`` a host may see now, of those warden last listed (for telling hosts what an
-        approval made anywhere changed)."""
+    def visible_keys(self, kind: EntryKind, principal: str | None = None) -> frozenset[str]:
+        """The keys of ``kind`` a host of ``principal`` may see now, of those warden last listed (for telling
+        hosts what an approval made anywhere changed)."""
         self._fresh()
-        if kind not in self._digests or self.quarantine() is not None:
+        if kind not in self._digests or self.quarantine(principal) is not None:
             return frozenset()
-        server_pin = self.server_state()
+        server_pin = self.server_state(principal)
         return frozenset(key for key, d in self._digests[kind].items() if decide(ListEntryFacts(
-            self.policy, kind, key, self.store.state(self.server, kind, key, d, refresh=False), server_pin)).allowed)
+            self.policy, kind, key, self.store.state(self.server, kind, key, d, refresh=False, principal=principal),
+            server_pin)).allowed)
 
     def waiting(self) -> int:
         """How many of this server's entries (identity and instructions included) wait for a human's approval."""

@@ -488,11 +488,10 @@ class Hub:
         served = subs.get(member.name)  # made meanwhile, by another request of this link
         if served is not None:
             return served
-        sub = HostLink(f"{link.name}/{member.name}", principal=link.principal)
+        sub = HostLink(f"{link.name}/{member.name}", principal=link.principal, within=link)
         subs[member.name] = (member, sub)
         sub.session = link.session  # one id space: the host's answer to any server's question settles it
         sub.session_key = link.session_key
-        sub.unsolicited = link.unsolicited
         parent = link.legacy
         member.gateway.attach(sub)
         if parent is not None:  # the server's gateway meets this host as warden run would: by its initialize

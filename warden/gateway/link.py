@@ -140,11 +140,16 @@ class HostLink:
     that still await an answer.
 
     ``unsolicited`` is where messages not tied to a request go (server notifications, spontaneous questions):
-    the stdio channel, or an HTTP GET stream while one is open.
+    the stdio channel, or an HTTP GET stream while one is open. A link ``within`` another (``warden serve``'s
+    link to one server for a host's link) uses the other's, as it is at the time: a GET stream opened later
+    reaches it too.
     """
 
-    def __init__(self, name: str, *, principal: str | None = None, question_timeout: float = 600.0) -> None:
+    def __init__(self, name: str, *, principal: str | None = None, question_timeout: float = 600.0,
+                 within: HostLink | None = None) -> None:
         self.name = name
+        self._within = within
+        self._unsolicited: Sink | None = None
         self.principal = principal
         """Who the HTTP face authenticated for every request on this link (a link never serves two)."""
         self.id = secrets.token_hex(12)  # what warden's request states are bound to (SEC08)
@@ -152,9 +157,16 @@ class HostLink:
         """The host session flow taint is kept for: over HTTP the principal's (every session and request of one
         principal shares it, and it outlives a warden restart), on stdio the host process's (set by the face)."""
         self.legacy: LegacyHost | None = None
-        self.unsolicited: Sink | None = None
         self.session: Session[_Question] = Session(ids=string_ids, request_timeout=question_timeout,
                                                    max_request_time=question_timeout, progress_prefix=None)
+
+    @property
+    def unsolicited(self) -> Sink | None:
+        return self._within.unsolicited if self._within is not None else self._unsolicited
+
+    @unsolicited.setter
+    def unsolicited(self, sink: Sink | None) -> None:
+        self._unsolicited = sink
 
     @property
     def era(self) -> Era:
