@@ -26,7 +26,12 @@ def audit_records(env: dict[str, str]) -> list[dict[str, Any]]:
 
 
 async def list_tools(argv: list[str], name: str, env: dict[str, str]) -> tuple[list[str], str]:
-    host = await RawHost.start(through_warden(argv, "--name", name), stderr=subprocess.PIPE, env=env)
+    return await tools_listed(through_warden(argv, "--name", name), env)
+
+
+async def tools_listed(command: list[str], env: dict[str, str]) -> tuple[list[str], str]:
+    """The tool names a host meets through ``command`` (a ``warden`` command line), and warden's stderr."""
+    host = await RawHost.start(command, stderr=subprocess.PIPE, env=env)
     await host.initialize()
     await host.request("list", "tools/list")
     answer = await host.response("list", timeout=120)
@@ -111,17 +116,9 @@ async def test_serve_fetches_a_cold_starts_packages_side_by_side_and_each_plan_t
                                           for name, package in servers.items()))
     env = {**os.environ, **host_env}
     with pypi_index.holding(1.0):
-        host = await RawHost.start([WARDEN, "serve", "--stdio"], stderr=subprocess.PIPE, env=env)
-        await host.initialize()
+        tools, stderr = await tools_listed([WARDEN, "serve", "--stdio"], env)
     assert pypi_index.most_at_once >= 2
-    await host.request("list", "tools/list")
-    answer = await host.response("list", timeout=120)
-    assert await host.close() == 0
-    stderr = (await host.process.stderr.receive_some(1 << 20)).decode() if host.process.stderr else ""
-    result = answer["result"]
-    assert isinstance(result, dict)
-    assert sorted(tool["name"] for tool in result["tools"]) == [
-        "again__markers", "p0__markers", "p1__markers", "p2__markers"]
+    assert sorted(tools) == ["again__markers", "p0__markers", "p1__markers", "p2__markers"]
     for name in ("p0", "p1", "p2", "gone"):  # each fetched once: a failed fetch is not tried again in a row
         assert stderr.count(f"{name}: fetching {servers[name]} into warden's package store") == 1, stderr
     assert "again: fetching" not in stderr
