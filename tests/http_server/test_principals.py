@@ -105,23 +105,29 @@ async def test_a_legacy_session_is_its_openers_alone(tmp_path: Path) -> None:
         assert own.status_code == 200, own.text
 
 
-async def test_SEC08_a_request_state_is_bound_to_the_principal_it_was_issued_to(tmp_path: Path) -> None:
-    alice, bob = add_token("alice"), add_token("bob")
+async def request_state_is_bound(w: WardenHttp, alice: str, bob: str, tool: str, first_id: int) -> None:
+    """``tool`` (the recording server's ``ask``) asks alice a 2026 question (MRTR): bob's retry with her request
+    state is refused, and hers with her answer is carried out."""
     meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
             "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
+    first = await modern(w, alice, first_id, "tools/call", {"name": tool, "arguments": {"message": "who?"}}, meta)
+    result = first.json()["result"]
+    assert result["resultType"] == "input_required", first.text
+    (key, _), = result["inputRequests"].items()
+    retry = {"name": tool, "arguments": {"message": "who?"}, "requestState": result["requestState"],
+             "inputResponses": {key: {"action": "accept", "content": {"answer": "Mallory"}}}}
+    replayed = await modern(w, bob, first_id + 1, "tools/call", retry, meta)
+    assert "error" in replayed.json(), replayed.text
+    done = await modern(w, alice, first_id + 2, "tools/call",
+                        {**retry, "inputResponses": {key: {"action": "accept", "content": {"answer": "Grace"}}}},
+                        meta)
+    assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}', done.text
+
+
+async def test_SEC08_a_request_state_is_bound_to_the_principal_it_was_issued_to(tmp_path: Path) -> None:
+    alice, bob = add_token("alice"), add_token("bob")
     async with warden_http(recording(tmp_path / "upstream.log"), cwd=tmp_path) as w:
-        first = await modern(w, alice, 1, "tools/call", {"name": "ask", "arguments": {"message": "who?"}}, meta)
-        result = first.json()["result"]
-        assert result["resultType"] == "input_required", first.text
-        (key, _), = result["inputRequests"].items()
-        retry = {"name": "ask", "arguments": {"message": "who?"}, "requestState": result["requestState"],
-                 "inputResponses": {key: {"action": "accept", "content": {"answer": "Mallory"}}}}
-        replayed = await modern(w, bob, 2, "tools/call", retry, meta)
-        assert "error" in replayed.json(), replayed.text
-        done = await modern(w, alice, 3, "tools/call",
-                            {**retry, "inputResponses": {key: {"action": "accept", "content": {"answer": "Grace"}}}},
-                            meta)
-        assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}', done.text
+        await request_state_is_bound(w, alice, bob, "ask", 1)
 
 
 async def test_flow_taint_is_per_principal_over_http(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tests.conformance.test_fixture_server import answer_elicitation, answer_roots, answer_sampling, text_of
 from tests.http_server.test_face import FIXTURE, EventReader, legacy_call, recording
-from tests.http_server.test_principals import add_token, as_, decided, modern, warden
-from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
+from tests.http_server.test_principals import add_token, as_, decided, modern, request_state_is_bound, warden
+from tests.http_server.warden_http import WardenHttp, warden_http
 from tests.support import RAWSERVER, WARDEN, audit_records, server_pids
 
 
@@ -115,21 +115,7 @@ async def test_two_principals_behind_serve_http_reach_nothing_of_each_other(trus
         assert result["result"]["content"][0]["text"] == 'answer={"answer": "Grace"}'
 
         # a request state issued to alice (a 2026 question, MRTR) is refused to bob and good for alice
-        meta = {"io.modelcontextprotocol/protocolVersion": MODERN,
-                "io.modelcontextprotocol/clientCapabilities": {"elicitation": {"form": {}}}}
-        first = await modern(w, alice, 10, "tools/call", {"name": "rec__ask", "arguments": {"message": "who?"}},
-                             meta)
-        state = first.json()["result"]
-        assert state["resultType"] == "input_required", first.text
-        (key, _), = state["inputRequests"].items()
-        retry = {"name": "rec__ask", "arguments": {"message": "who?"}, "requestState": state["requestState"],
-                 "inputResponses": {key: {"action": "accept", "content": {"answer": "Mallory"}}}}
-        replayed = await modern(w, bob, 11, "tools/call", retry, meta)
-        assert "error" in replayed.json(), replayed.text
-        done = await modern(w, alice, 12, "tools/call",
-                            {**retry, "inputResponses": {key: {"action": "accept", "content": {"answer": "Ada"}}}},
-                            meta)
-        assert done.json()["result"]["content"][0]["text"] == 'answer={"answer": "Ada"}', done.text
+        await request_state_is_bound(w, alice, bob, "rec__ask", 10)
 
         # every record names who was authenticated, and the audit log filters by it
         answered = await modern(w, bob, 13, "tools/call", {"name": "conf__test_simple_text", "arguments": {}})
