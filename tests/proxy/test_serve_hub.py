@@ -463,3 +463,22 @@ async def test_a_failed_server_does_not_hold_up_a_listens_acknowledgement(tmp_pa
                                {"_meta": MODERN, "notifications": {"toolsListChanged": True}})
             ack = await next_notification(host, "notifications/subscriptions/acknowledged")
         assert ack["params"]["notifications"] == {"toolsListChanged": True}
+
+
+@pytest.mark.trio
+async def test_one_failed_server_does_not_turn_a_list_into_an_error_while_another_waits_for_approval(
+        tmp_path: Path) -> None:
+    """Found trying ``warden import --serve`` as a new user: one server's package could not be fetched and the
+    other's tools all waited for approval, so the host's ``tools/list`` was the failed server's error, as if no
+    server answered. A list is an error only when every server's answer is; otherwise it lists what it can."""
+    options = UpstreamOptions(max_restarts=0, restart_backoff=0.01)
+    async with hub_in_process(tmp_path, {"bad": crashes, "shy": legacy_server}, options=options, on_new="ask") as (
+            host, _hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert (await host.response(1))["result"] == {"tools": []}
+    (tmp_path / "all-bad").mkdir()
+    async with hub_in_process(tmp_path / "all-bad", {"bad": crashes}, options=options) as (host, _hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert "error" in await host.response(1)

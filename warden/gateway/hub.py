@@ -590,6 +590,7 @@ class Hub:
         ttl: int | None = None
         private = False
         first_error: dict[str, Any] | None = None
+        listed_by = 0
         for name, answer in answers.items():
             result = answer.get("result")
             listed = result.get(key) if isinstance(result, dict) else None
@@ -602,6 +603,7 @@ class Hub:
             if not isinstance(result, dict):
                 first_error = first_error or (answer.get("error") if isinstance(answer.get("error"), dict) else None)
                 continue
+            listed_by += 1
             items.extend(self._shown(self.members[name], request.method, entries))
             if isinstance(result.get("ttlMs"), int):
                 ttl = result["ttlMs"] if ttl is None else min(ttl, result["ttlMs"])
@@ -612,7 +614,9 @@ class Hub:
                 log.warning("resource %s is listed by %s: left out, and reads of it refused",
                             for_terminal(uri[:256]), " and ".join(contested[uri]))
             items = [e for e in items if e.get("uri") not in contested]
-        if not items and first_error is not None and len(answers) == len(self.members):
+        if not listed_by and first_error is not None and len(answers) == len(self.members):
+            # every server answered with an error: the host is told why (one that listed nothing, its entries
+            # waiting for approval say, is still an answer, and the others' errors are warden's log's)
             code = first_error.get("code")
             return encode_error(request.id, code if isinstance(code, int) else INVALID_PARAMS,
                                 str(first_error.get("message", "")))
