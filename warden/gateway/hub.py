@@ -7,6 +7,8 @@ handling — because each has its own gateway and upstream. The hub only names, 
   name may hold the separator or end in part of it (:func:`check_server_names`), so the first separator in a
   shown name is always the one the hub put there: a shown name splits back one way only, and two servers' entries
   can never collide. A shown name longer than the spec's 128 characters is left out and logged.
+- Task ids are shown the same way (``time__3f2a...``): two servers' ids never meet, and a ``tasks/*`` request
+  names the server it goes to. Each server's gateway still decides which host owns which of its tasks.
 - Resources keep their URIs. A read goes to the server that listed the URI, else to the one server whose template
   makes it (:mod:`warden.protocol.uri_template`); a URI two servers claim is refused, never guessed.
 - Each host link has one sub-link per server. It shares the host's session engine (so any server's question is
@@ -29,17 +31,29 @@ import msgspec
 import trio
 
 from warden import __version__
-from warden.errors import ConfigError, WardenError
+from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.gateway.core import NO_SINK, Gateway
-from warden.gateway.link import HostLink, LegacyHost, Sink
+from warden.gateway.link import HostLink, LegacyHost, Rewritten, Sink
+from warden.gateway.tasks import (
+    LEGACY_TASKS_VERSION,
+    MAX_TASKS,
+    TASKS_EXTENSION,
+    UNKNOWN_TASK,
+    check_task_id,
+    declares_extension,
+    rename_task_ids,
+    shown_task_ids,
+)
 from warden.policy import compile_linear
 from warden.protocol.eras import (
+    CLIENT_REQUESTS,
     LIST_METHODS,
     LOG_LEVELS,
     META_SERVER_INFO,
     META_SUBSCRIPTION_ID,
     MODERN_VERSIONS,
+    Era,
     read_request_meta,
 )
 from warden.protocol.messages import (
@@ -80,6 +94,8 @@ _CHANGED: Final = tuple(_LIST_KEYS.values())
 _OWN_ID: Final = b'"warden-hub"'
 _ACKNOWLEDGED: Final = encode_notification("notifications/subscriptions/acknowledged", b"")[:-2]
 _LEFT_OUT_KEPT: Final = 16
+_TASK_PAGES: Final = 100
+"""The most pages of one server's ``tasks/list`` the hub follows for one host's list."""
 _URIS_KEPT: Final = 10_000
 """The most resources (and templates) of one server the hub routes by; a list is bounded anyway (paging limits)."""
 
@@ -306,8 +322,10 @@ class Hub:
             "tools/call": self._named, "prompts/get": self._named, "completion/complete": self._complete,
             "resources/read": self._by_uri, "resources/subscribe": self._by_uri,
             "resources/unsubscribe": self._by_uri, "logging/setLevel": self._set_level,
-            "subscriptions/listen": self._listen,
+            "subscriptions/listen": self._listen, "tasks/list": self._task_list,
         }
+        self._handlers.update(dict.fromkeys(("tasks/get", "tasks/result", "tasks/update", "tasks/cancel"),
+                                            self._task))
         self._handlers.update(dict.fromkeys(LIST_METHODS, self._list))
 
     # -- what a face calls ---------------------------------------------------------------------------------------
@@ -345,9 +363,7 @@ class Hub:
         """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
         handler = self._handlers.get(request.method)
         if handler is None:
-            return encode_error(request.id, METHOD_NOT_FOUND, f"warden serve does not carry {request.method} "
-                                "(tasks are not routed between servers yet)" if request.method.startswith("tasks/")
-                                else f"Method not found: {request.method}")
+            return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
         try:
             return await handler(request, link, sink)
         except WardenError as exc:
@@ -488,17 +504,18 @@ class Hub:
         served = subs.get(member.name)  # made meanwhile, by another request of this link
         if served is not None:
             return served
-        sub = HostLink(f"{link.name}/{member.name}", principal=link.principal, within=link)
+        sub = HostLink(f"{link.name}/{member.name}", principal=link.principal, within=link,
+                       outgoing=self._shown_by(member))
         subs[member.name] = (member, sub)
         sub.session = link.session  # one id space: the host's answer to any server's question settles it
         sub.session_key = link.session_key
         parent = link.legacy
         member.gateway.attach(sub)
         if parent is not None:  # the server's gateway meets this host as warden run would: by its initialize
-            capabilities = {k: v for k, v in parent.capabilities.items() if k != "tasks"}
-            sub.legacy = LegacyHost(parent.version, capabilities, parent.caller, initialized=parent.initialized)
+            sub.legacy = LegacyHost(parent.version, parent.capabilities, parent.caller,
+                                    initialized=parent.initialized)
             await self._own(member, sub, "initialize", {"protocolVersion": parent.version,
-                                                        "capabilities": capabilities})
+                                                        "capabilities": parent.capabilities})
             if parent.log_level is not None:
                 await self._own(member, sub, "logging/setLevel", {"level": parent.log_level})
         return member, sub
@@ -521,7 +538,7 @@ class Hub:
         with trio.CancelScope() as answering:
             member.answering.add(answering)
             try:
-                response = await member.gateway.handle(request, sub, sink)
+                response = await member.gateway.handle(request, sub, Rewritten(sink, self._shown_by(member)))
             finally:
                 member.answering.discard(answering)
                 member.last_used = trio.current_time()
@@ -535,11 +552,19 @@ class Hub:
 
     # -- what the hub answers itself -----------------------------------------------------------------------------
 
-    def _capabilities(self, *, legacy: bool) -> dict[str, Any]:
+    def _capabilities(self, *, legacy: str | None) -> dict[str, Any]:
+        """What the hub offers a host of ``legacy`` version (None: a 2026 host). Tasks are offered in the host's
+        own form (the 2026 extension; 2025-11-25's experimental capability) since any server may offer them, and
+        servers start on first use: one that does not answers a 2026 call at once, and refuses a 2025-11-25
+        task-augmented call by name."""
         capabilities: dict[str, Any] = {"tools": {"listChanged": True}, "prompts": {"listChanged": True},
                                         "resources": {"listChanged": True, "subscribe": True}, "completions": {}}
-        if legacy:
+        if legacy is None:
+            capabilities["extensions"] = {TASKS_EXTENSION: {}}
+        else:
             capabilities["logging"] = {}
+            if legacy == LEGACY_TASKS_VERSION:
+                capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
         return capabilities
 
     def _instructions(self) -> str:
@@ -550,7 +575,7 @@ class Hub:
     async def _initialize(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         assert link.legacy is not None, "the face calls HostLink.accept_initialize first"
         return encode_result(request.id, encode_json({
-            "protocolVersion": link.legacy.version, "capabilities": self._capabilities(legacy=True),
+            "protocolVersion": link.legacy.version, "capabilities": self._capabilities(legacy=link.legacy.version),
             "serverInfo": _server_info(), "instructions": self._instructions()}))
 
     async def _discover(self, request: Request, link: HostLink, sink: Sink) -> bytes:
@@ -560,7 +585,7 @@ class Hub:
                                 {"supported": list(MODERN_VERSIONS), "requested": version})
         return encode_result(request.id, encode_json({
             "resultType": "complete", "supportedVersions": list(MODERN_VERSIONS),
-            "capabilities": self._capabilities(legacy=False), "ttlMs": 0, "cacheScope": "private",
+            "capabilities": self._capabilities(legacy=None), "ttlMs": 0, "cacheScope": "private",
             "instructions": self._instructions(), "_meta": {META_SERVER_INFO: _server_info()}}))
 
     async def _ping(self, request: Request, link: HostLink, sink: Sink) -> bytes:
@@ -699,11 +724,90 @@ class Hub:
     async def _named(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         params = decode_object(request.params)
         what = "tool" if request.method == "tools/call" else "prompt"
-        if request.method == "tools/call" and "task" in params:
-            return encode_error(request.id, INVALID_PARAMS, "warden serve does not carry task-augmented calls; "
-                                "call the tool without the task parameter")
         member, name = self._member_of(params.get("name"), what)
-        return await self._forward(member, request, {**params, "name": name}, link, sink)
+        response = await self._forward(member, request, {**params, "name": name}, link, sink)
+        if request.method == "tools/call" and ("task" in params or declares_extension(
+                read_request_meta(params)[1] or {})):  # a call that may have become a task
+            return self._tasks_shown(member, request, response)
+        return response
+
+    # -- tasks: ids shown as SERVER<sep>ID -----------------------------------------------------------------------
+
+    def _shown_by(self, member: Member) -> Callable[[bytes], bytes]:
+        """What a message ``member``'s gateway sends a host becomes: its task ids shown under the server's name."""
+        prefix = member.name + self._separator
+        return lambda message: shown_task_ids(message, prefix)
+
+    def _tasks_shown(self, member: Member, request: Request, response: bytes) -> bytes:
+        """``member``'s answer to a task-augmented ``tools/call`` or a ``tasks/*`` request, the task ids of its
+        result shown under the server's name."""
+        if b"task" not in response and b"\\u" not in response:
+            return response
+        try:
+            body = msgspec.json.decode(_REPLY.decode(response).result or b"null")
+        except msgspec.DecodeError:
+            return response
+        prefix = member.name + self._separator
+        if not isinstance(body, dict) or not rename_task_ids(body, lambda task_id: prefix + task_id):
+            return response
+        return encode_result(request.id, encode_json(body))
+
+    def _task_of(self, shown: object, link: HostLink) -> tuple[Member, str]:
+        """The server a shown task id names, and its own id for the task.
+
+        Raises:
+            RemoteProtocolError: (-32602) the id names no server this host has used, or is malformed: the
+                answers a server's gateway gives an id never created and a malformed one.
+        """
+        parts = split_name(shown, self._separator) if isinstance(shown, str) else None
+        if parts is None or parts[0] not in self._links.get(link, {}):
+            check_task_id(shown)
+            raise RemoteProtocolError(UNKNOWN_TASK, jsonrpc_code=INVALID_PARAMS)
+        return self.members[parts[0]], parts[1]
+
+    async def _task(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """``tasks/get``, ``tasks/result``, ``tasks/update``, ``tasks/cancel``: to the server the task id names,
+        with the server's own id; that server's gateway then decides whether this host owns the task."""
+        params = decode_object(request.params)
+        era = Era.MODERN if read_request_meta(params)[0] is not None else Era.LEGACY
+        if request.method not in CLIENT_REQUESTS[era]:
+            return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        member, task_id = self._task_of(params.get("taskId"), link)
+        response = await self._forward(member, request, {**params, "taskId": task_id}, link, sink, counted=False)
+        return self._tasks_shown(member, request, response)
+
+    async def _task_list(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+        """2025-11-25 ``tasks/list``: the host's tasks on every server it has used (each server's gateway lists
+        the host's own only), every page of each, waited for at most ``list_wait``: one complete list, as the
+        hub's other lists are."""
+        params = decode_object(request.params)
+        if read_request_meta(params)[0] is not None:
+            return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
+        if params.get("cursor") is not None:
+            return encode_error(request.id, INVALID_PARAMS, "invalid cursor (warden returns complete lists)")
+        found: dict[str, list[Any]] = {}
+
+        async def pages(member: Member) -> None:
+            cursor: object = None
+            with trio.move_on_after(self._list_wait):
+                for _ in range(_TASK_PAGES):
+                    asked = {**params, "cursor": cursor} if isinstance(cursor, str) else params
+                    answer = decode_object(self._tasks_shown(member, request, await self._forward(
+                        member, request, asked, link, sink, counted=False)))
+                    result = answer.get("result")
+                    listed = result.get("tasks") if isinstance(result, dict) else None
+                    if not isinstance(result, dict) or not isinstance(listed, list):
+                        return  # a server that carries no tasks for this host, or failed: nothing of it listed
+                    found.setdefault(member.name, []).extend(listed)
+                    if result.get("nextCursor") in (None, cursor) or len(found[member.name]) >= MAX_TASKS:
+                        return
+                    cursor = result["nextCursor"]
+
+        async with trio.open_nursery() as nursery:
+            for name in [n for n in self.members if n in self._links.get(link, {})]:
+                nursery.start_soon(pages, self.members[name])
+        tasks = [task for name in self.members for task in found.get(name, ())]
+        return encode_result(request.id, encode_json({"tasks": tasks}))
 
     async def _complete(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         params = decode_object(request.params)
@@ -780,10 +884,18 @@ class Hub:
         for uri in uris:
             with contextlib.suppress(WardenError):
                 owners.setdefault((await self._owner(uri, request, link)).name, []).append(uri)
+        asked = wanted.get("taskIds")
+        tasks: dict[str, list[str]] = {}
+        for shown in asked[:256] if isinstance(asked, list) else ():
+            parts = split_name(shown, self._separator) if isinstance(shown, str) else None
+            if parts is not None:
+                tasks.setdefault(parts[0], []).append(parts[1])
 
         async def listen(member: Member, listening: _Listening, scope: trio.CancelScope) -> None:
             with scope:
                 mine = {**wanted, "resourceSubscriptions": owners.get(member.name, [])}
+                if "taskIds" in wanted:  # each server is asked about its own tasks, by its own ids
+                    mine["taskIds"] = tasks.get(member.name, [])
                 with contextlib.suppress(WardenError):  # a reload retired it meanwhile
                     await self._forward(member, request, {**params, "notifications": mine}, link,
                                         listening.sink(member), counted=False)

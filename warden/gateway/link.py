@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, final
 
@@ -32,6 +32,18 @@ class Sink(Protocol):
     async def send(self, message: bytes) -> None:
         """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
         ...
+
+
+@final
+class Rewritten:
+    """A sink that passes each message on as ``rewrite`` makes it."""
+
+    def __init__(self, sink: Sink, rewrite: Callable[[bytes], bytes]) -> None:
+        self._sink = sink
+        self._rewrite = rewrite
+
+    async def send(self, message: bytes) -> None:
+        await self._sink.send(self._rewrite(message))
 
 
 class Served(Protocol):
@@ -146,9 +158,12 @@ class HostLink:
     """
 
     def __init__(self, name: str, *, principal: str | None = None, question_timeout: float = 600.0,
-                 within: HostLink | None = None) -> None:
+                 within: HostLink | None = None, outgoing: Callable[[bytes], bytes] | None = None) -> None:
         self.name = name
         self._within = within
+        self._outgoing = outgoing
+        """For a link ``within`` another: what each message becomes on the other's channel (``warden serve``
+        shows a server's task ids under its name)."""
         self._unsolicited: Sink | None = None
         self.principal = principal
         """Who the HTTP face authenticated for every request on this link (a link never serves two)."""
@@ -162,7 +177,10 @@ class HostLink:
 
     @property
     def unsolicited(self) -> Sink | None:
-        return self._within.unsolicited if self._within is not None else self._unsolicited
+        if self._within is None:
+            return self._unsolicited
+        sink = self._within.unsolicited
+        return sink if sink is None or self._outgoing is None else Rewritten(sink, self._outgoing)
 
     @unsolicited.setter
     def unsolicited(self, sink: Sink | None) -> None:

@@ -16,13 +16,15 @@ with the same answer for a foreign id and one never created (no oracle for which
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
+import msgspec
+
 from warden.errors import RemoteProtocolError
 from warden.protocol.eras import Era
-from warden.protocol.messages import INTERNAL_ERROR, INVALID_PARAMS
+from warden.protocol.messages import INTERNAL_ERROR, INVALID_PARAMS, decode_object, encode_json
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 LEGACY_TASKS_VERSION: Final = "2025-11-25"
@@ -40,6 +42,12 @@ MAX_TASKS: Final = 4096
 the same refusal as for an id never created."""
 
 UNKNOWN_TASK: Final = "unknown task: no task with this id was created by this client through warden"
+
+RELATED_TASK: Final = "io.modelcontextprotocol/related-task"
+"""The ``_meta`` key that ties a 2025-11-25 message (a question asked for a task, ``tasks/result``'s answer) to its
+task."""
+TASK_NOTIFICATIONS: Final = frozenset({"notifications/tasks", "notifications/tasks/status"})
+"""A task's status, pushed by the server (2026 and 2025-11-25): its params are the task itself."""
 
 
 def check_task_id(value: object) -> str:
@@ -183,3 +191,42 @@ class TaskTable:
             return None
         entry.recorded = True
         return entry
+
+
+def rename_task_ids(body: dict[str, Any], rename: Callable[[str], str], *, whole: bool = True) -> bool:
+    """Rename, in place, every task id ``body`` (a result, or a message's params) carries where either form puts
+    one: a ``taskId`` of its own (a 2026 ``CreateTaskResult``, a task from ``tasks/get`` or ``tasks/cancel``, a
+    status notification's params), ``task.taskId`` (a 2025-11-25 ``CreateTaskResult``), ``tasks[].taskId``
+    (``tasks/list``) and ``_meta[RELATED_TASK].taskId``; with ``whole`` False, the last only (a message that is
+    not about a task itself). Returns whether anything was renamed.
+
+    ``warden serve`` shows every server's task ids as ``SERVER<sep>ID`` with it, so two servers' ids never meet
+    and a host's ``tasks/*`` request names the server it goes to."""
+    holders: list[Any] = [body.get("_meta", {}).get(RELATED_TASK)] if isinstance(body.get("_meta"), dict) else []
+    if whole:
+        listed = body.get("tasks")
+        holders += [body, body.get("task"), *(listed if isinstance(listed, list) else ())]
+    renamed = False
+    for holder in holders:
+        if isinstance(holder, dict) and isinstance(holder.get("taskId"), str):
+            holder["taskId"] = rename(holder["taskId"])
+            renamed = True
+    return renamed
+
+
+def shown_task_ids(message: bytes, prefix: str) -> bytes:
+    """``message`` (an encoded notification or question for a host) with the task ids it carries renamed
+    ``prefix + ID`` (:func:`rename_task_ids`: a status notification's own id, any message's ``related-task``);
+    returned as it is, unread, when its text cannot name one: no ``task`` in it, and no ``\\u`` escape that could
+    spell one."""
+    if b"task" not in message and b"\\u" not in message:
+        return message
+    try:
+        body = decode_object(message)
+    except (msgspec.DecodeError, TypeError):
+        return message
+    params = body.get("params")
+    if not isinstance(params, dict) or not rename_task_ids(params, lambda task_id: prefix + task_id,
+                                                           whole=body.get("method") in TASK_NOTIFICATIONS):
+        return message
+    return encode_json({**body, "params": params})
