@@ -482,3 +482,23 @@ async def test_one_failed_server_does_not_turn_a_list_into_an_error_while_anothe
         await host.initialize()
         await host.request(1, "tools/list")
         assert "error" in await host.response(1)
+
+
+@pytest.mark.trio
+async def test_the_hosts_instructions_name_the_servers_whose_entries_wait_for_approval(tmp_path: Path) -> None:
+    """A 2026 host has no channel for warden's log, so a server whose tools wait for approval would be missing
+    from its lists with no word why: the hub's instructions (both eras) name each server with entries waiting and
+    the command that reviews them; once approved, they no longer do."""
+    async with hub_in_process(tmp_path, {"shy": legacy_server, "open": legacy_server}, on_new="ask") as (
+            host, hub, _servers):
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert (await host.response(1))["result"] == {"tools": []}
+        hub.members["open"].gateway.guard.store.approve("open")
+        await host.request(2, "server/discover", {"_meta": MODERN})
+        instructions = (await host.response(2))["result"]["instructions"]
+        assert instructions.endswith("warden: shy has entries waiting for approval before they can be used; run "
+                                     "`warden pins review NAME` in a terminal")
+        hub.members["shy"].gateway.guard.store.approve("shy")
+        await host.request(3, "server/discover", {"_meta": MODERN})
+        assert "waiting" not in (await host.response(3))["result"]["instructions"]

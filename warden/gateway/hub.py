@@ -568,9 +568,16 @@ class Hub:
         return capabilities
 
     def _instructions(self) -> str:
+        """Which servers are here, how their entries are named, and which have entries waiting for approval (the
+        one place a 2026 host is told why a server's tools are missing: it has no channel for warden's log)."""
         names = ", ".join(self.members)
-        return (f"warden serves {len(self.members)} servers here ({names}). Their tools, prompts and resource "
+        text = (f"warden serves {len(self.members)} servers here ({names}). Their tools, prompts and resource "
                 f"templates are named SERVER{self._separator}NAME.")
+        waiting = [name for name, member in self.members.items() if member.gateway.guard.waiting()]
+        if waiting:
+            text += (f"\n\nwarden: {', '.join(waiting)} {'has' if len(waiting) == 1 else 'have'} entries waiting for "
+                     "approval before they can be used; run `warden pins review NAME` in a terminal")
+        return text
 
     async def _initialize(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         assert link.legacy is not None, "the face calls HostLink.accept_initialize first"
