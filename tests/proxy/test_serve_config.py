@@ -150,3 +150,44 @@ async def test_a_call_in_flight_when_a_reload_replaces_its_server_is_answered_at
     finally:
         with contextlib.suppress(ProcessLookupError):
             host.process.kill()
+
+
+async def test_the_end_of_a_dual_era_servers_legacy_session_counts_as_a_restart(trusting: Path) -> None:
+    """Found in review: a legacy host in front of a dual-era server is served by a legacy session on a sibling
+    process, and when that process ended ``warden status`` counted no restart and named no error, so a sibling
+    that kept dying looked healthy. Its end now counts as a restart with its reason, the era reads
+    ``modern+legacy`` while the sibling serves, and the next legacy call starts another."""
+    argv = [*RAWSERVER[1:], "--era", "dual", "--exit-after", "2"]
+    trusting.write_text(trusting.read_text() + f"\n[servers.dual]\ncommand = {json.dumps(PYTHON)}\n"
+                                               f"args = {json.dumps(argv)}\n")
+    host = await RawHost.start([WARDEN, "serve"], env=os.environ)
+    try:
+        await host.initialize()
+        await host.request(1, "tools/call", {"name": "dual__echo", "arguments": {"text": "first"}})
+        assert (await host.response(1, 60))["result"]["content"][0]["text"] == "first"
+        with trio.fail_after(20):
+            while not status_of("dual")["legacy_lane"]:
+                await trio.sleep(0.2)
+        table = subprocess.run([WARDEN, "status"], capture_output=True, text=True, timeout=30, check=True).stdout
+        assert any(line.split()[:3] == ["dual", "running", "modern+legacy"] for line in table.splitlines()), table
+        await host.request(2, "tools/call", {"name": "dual__echo", "arguments": {"text": "second"}})
+        assert (await host.response(2, 60))["result"]["content"][0]["text"] == "second"
+        with trio.fail_after(20):
+            while (dual := status_of("dual"))["restarts"] != 1:
+                await trio.sleep(0.2)
+        assert "(the legacy session for legacy hosts)" in dual["last_error"]
+        assert (dual["era"], dual["legacy_lane"]) == ("modern", False)
+        await host.request(3, "tools/call", {"name": "dual__echo", "arguments": {"text": "again"}})
+        assert (await host.response(3, 60))["result"]["content"][0]["text"] == "again"
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()
+
+
+def status_of(name: str) -> dict[str, object]:
+    """``name``'s entry in the one running serve's ``warden status --json``."""
+    shown = subprocess.run([WARDEN, "status", "--json"], capture_output=True, text=True, timeout=30, check=True)
+    servers = json.loads(shown.stdout)["serving"][0]["servers"]
+    found: dict[str, object] = next(s for s in servers if s["name"] == name)
+    return found

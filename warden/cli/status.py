@@ -94,7 +94,8 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     for status in serving:
         for s in (s for s in status["servers"] if isinstance(s, dict)):
             name = for_terminal(str(s.get("name")))
-            rows.append((name, str(s.get("state")), str(s.get("era") or "-"), _kind(s.get("sandbox")),
+            era = str(s.get("era") or "-") + ("+legacy" if s.get("legacy_lane") is True else "")
+            rows.append((name, str(s.get("state")), era, _kind(s.get("sandbox")),
                          str(s.get("pins_waiting", 0)), str(s.get("restarts", 0)), str(s.get("calls", 0)),
                          str(s.get("refused", 0)), _sees(s.get("sandbox"))))
             if s.get("last_error"):

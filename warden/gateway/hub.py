@@ -178,12 +178,14 @@ class Member:
         few only (a server can rename its entries on every list)."""
 
     def status(self) -> dict[str, Any]:
-        """State, era, restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them;
+        """State, era (and whether a legacy session on a sibling process serves legacy hosts: its ends count as
+        restarts), restarts, last error, pins waiting, calls and refusals, as ``warden status`` shows them;
         for a server of one process per principal, also whose processes run (their calls and refusals count)."""
         upstream = self.gateway.upstream
         description = upstream.description
         status = {"name": self.name, "state": upstream.state if self.started else "idle",
                   "era": description.era.value if description is not None and self.started else None,
+                  "legacy_lane": upstream.legacy_lane_up,
                   "restarts": upstream.restarts, "last_error": upstream.last_error,
                   "pins_waiting": self.gateway.guard.waiting(), "calls": self.calls, "refused": self.refused,
                   "left_out": sorted(self.left_out)[:16]}
@@ -193,7 +195,7 @@ class Member:
                           calls=self.calls + sum(m["calls"] for m in running),
                           refused=self.refused + sum(m["refused"] for m in running))
             if running and not self.started:
-                status.update({k: running[-1][k] for k in ("state", "era", "restarts", "last_error")})
+                status.update({k: running[-1][k] for k in ("state", "era", "legacy_lane", "restarts", "last_error")})
         return status
 
     def retire(self) -> None:

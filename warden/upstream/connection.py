@@ -658,6 +658,11 @@ class Upstream:
         """Why the server cannot run, or why its last process ended (None while nothing has gone wrong)."""
         return self._fatal.message if self._fatal is not None else self._last_reason or None
 
+    @property
+    def legacy_lane_up(self) -> bool:
+        """Whether a legacy session on a sibling process serves legacy hosts now (:meth:`legacy_lane`)."""
+        return self._lane is not None and not self._lane.closed.is_set()
+
     async def legacy_lane(self, capabilities: Mapping[str, Any]) -> bool:
         """For a legacy host in front of a 2026 server: a legacy session on a sibling process of the same
         configuration (the SDKs lock a process to the era of its first request, so it cannot be the same one),
@@ -716,6 +721,11 @@ class Upstream:
                     await session.closed.wait()
                 nursery.cancel_scope.cancel()
         finally:
+            if lane is not None and session.closed.is_set():  # it ended of itself (warden's stop cancels instead)
+                self.restarts += 1  # the next legacy request starts another, as a restart would
+                self._last_reason = f"{session.close_reason} (the legacy session for legacy hosts)"
+                log.warning("%s: the legacy session for legacy hosts ended (%s); the next legacy request starts "
+                            "another", self.name, session.close_reason)
             if self._lane is lane:
                 self._lane = None
             self._lane_started = None
