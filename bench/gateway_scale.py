@@ -9,8 +9,10 @@ parallel, by that list); and ``tools/call`` throughput with 16 calls in flight s
 upstream, with median and p99 latency. Two rows in the same run frame them: one rawserver spoken to directly (no
 warden), and one behind ``warden run``.
 
-Isolation: three upstreams; calls to ``third`` alone, then again while ``hung`` holds 16 calls that never end and
-``flood`` sends 100,000 log notifications (which warden relays to the host).
+Isolation: four upstreams; calls to ``third`` alone, then again while ``hung`` holds 16 calls that never end and
+``flood`` sends 100,000 log notifications (which warden relays to the host), then again while ``victim``'s process
+is killed (``kill -9``) and restarted. Each row gives the slowest call and counts failed ones (issue 14: none
+fails, and none waits longer than twice the p99 of calls to ``third`` alone).
 
 Usage: python bench/gateway_scale.py [--sizes 1,10,50] [--calls N]
 Targets (issue 14): warden's RSS <= 80 MB at 50 upstreams; calls/s at 10 upstreams >= 90 % of one.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -31,7 +34,10 @@ from pathlib import Path
 import trio
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rawclient import RawClient
+
+from tests.support import server_pids
 
 ROOT = Path(__file__).resolve().parent.parent
 RAWSERVER = str(ROOT / "tests" / "fixtures" / "rawserver.py")
@@ -58,14 +64,16 @@ def environment(home: Path, servers: dict[str, list[str]]) -> dict[str, str]:
     return {**os.environ, "WARDEN_STATE_DIR": str(state), "WARDEN_CONFIG": str(config)}
 
 
-async def throughput(client: RawClient, tools: list[str], calls: int) -> tuple[float, list[float]]:
-    """``calls`` echo calls, :data:`IN_FLIGHT` at a time, round-robin over ``tools``: calls/s and latencies."""
+async def throughput(client: RawClient, tools: list[str], calls: int,
+                     failed: list[dict[str, object]] | None = None) -> tuple[float, list[float]]:
+    """``calls`` echo calls, :data:`IN_FLIGHT` at a time, round-robin over ``tools``: calls/s and latencies (and the
+    answers that were errors, into ``failed``)."""
     latencies: list[float] = []
     counter = iter(range(calls))
 
     async def worker() -> None:
         for n in counter:
-            latencies.append(await client.call(tools[n % len(tools)], {"text": "x"}))
+            latencies.append(await client.call(tools[n % len(tools)], {"text": "x"}, failed=failed))
 
     started = time.perf_counter()
     async with trio.open_nursery() as nursery:
@@ -101,16 +109,24 @@ def echo_tools(names: list[str]) -> list[str]:
     return [n for n in names if n == "echo" or n.endswith("__echo")]
 
 
-async def isolation(home: Path, calls: int) -> list[tuple[str, float, float, float]]:
+Isolated = tuple[str, float, float, float, float, int]
+
+
+def isolated(label: str, rate: float, latencies: list[float], failed: int) -> Isolated:
+    return label, rate, statistics.median(latencies) * 1e3, p99(latencies) * 1e3, max(latencies) * 1e3, failed
+
+
+async def isolation(home: Path, calls: int) -> list[Isolated]:
     server = [sys.executable, RAWSERVER]
-    env = environment(home, {"hung": server, "flood": server, "third": server})
+    victim = [*server, "--log", "/dev/null"]  # its own command line, to find its process by
+    env = environment(home, {"hung": server, "flood": server, "third": server, "victim": victim})
     rows = []
     async with trio.open_nursery() as nursery:
         client = await RawClient.start(nursery, [WARDEN, "serve", "--list-wait", "120"], env=env)
         await client.request("tools/list", {})
         await throughput(client, ["third__echo"], 200)
         rate, latencies = await throughput(client, ["third__echo"], calls)
-        rows.append(("third alone", rate, statistics.median(latencies) * 1e3, p99(latencies) * 1e3))
+        rows.append(isolated("third alone", rate, latencies, 0))
 
         async def hang() -> None:
             await client.request("tools/call", {"name": "hung__slow", "arguments": {"seconds": 3600}})
@@ -123,10 +139,31 @@ async def isolation(home: Path, calls: int) -> list[tuple[str, float, float, flo
                 noise.start_soon(hang)
             noise.start_soon(flood)
             await trio.sleep(0.2)
-            rate, latencies = await throughput(client, ["third__echo"], calls)
-            rows.append(("third, beside 16 hung calls and a 100k-notification flood", rate,
-                         statistics.median(latencies) * 1e3, p99(latencies) * 1e3))
+            failed: list[dict[str, object]] = []
+            rate, latencies = await throughput(client, ["third__echo"], calls, failed)
+            rows.append(isolated("third, beside 16 hung calls and a 100k-notification flood", rate, latencies,
+                                 len(failed)))
             noise.cancel_scope.cancel()
+        pids = server_pids(client.process.pid, "/dev/null")
+        assert pids, "victim's process was not found"
+
+        async def kill_victim() -> None:
+            await trio.sleep(0.2)
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+
+        failed = []
+        async with trio.open_nursery() as killing:
+            killing.start_soon(kill_victim)
+            rate, latencies = await throughput(client, ["third__echo"], calls, failed)
+        rows.append(isolated("third, while victim is killed (kill -9)", rate, latencies, len(failed)))
+        with trio.fail_after(60):  # and it comes back
+            while True:
+                back: list[dict[str, object]] = []
+                await client.call("victim__echo", {"text": "x"}, back)
+                if not back:
+                    break
+                await trio.sleep(0.5)
         client.process.kill()
         nursery.cancel_scope.cancel()
     return rows
@@ -149,7 +186,7 @@ async def main(sizes: list[int], calls: int) -> None:
             results.append(await row(f"warden serve, {size} upstream{'s' if size > 1 else ''}",
                                      [WARDEN, "serve", "--list-wait", "300"], env, echo_tools, calls))
         (base / "iso").mkdir()
-        isolated = await isolation(base / "iso", calls)
+        alone = await isolation(base / "iso", calls)
     one = next((r["calls_s"] for r in results if r["label"] == "warden serve, 1 upstream"), None)
     print(f"tools/call, {calls} calls, {IN_FLIGHT} in flight; RSS is warden's own process (MB)\n")
     print("| path | tools | first list (s) | RSS after list | RSS after calls | calls/s | vs 1 upstream "
@@ -161,9 +198,11 @@ async def main(sizes: list[int], calls: int) -> None:
                                                                        f"{r['rss_after']:.1f}")
         print(f"| {r['label']} | {r['tools']} | {r['first_list_s']:.2f} | {rss[0]} | {rss[1]} | "
               f"{r['calls_s']:.0f} | {ratio} | {r['median_ms']:.2f} | {r['p99_ms']:.2f} |")
-    print("\n| isolation | calls/s | median ms | p99 ms |\n|---|---|---|---|")
-    for label, rate, median, tail in isolated:
-        print(f"| {label} | {rate:.0f} | {median:.2f} | {tail:.2f} |")
+    print("\n| isolation | calls/s | median ms | p99 ms | slowest ms | failed |\n|---|---|---|---|---|---|")
+    for label, rate, median, tail, slowest, failures in alone:
+        print(f"| {label} | {rate:.0f} | {median:.2f} | {tail:.2f} | {slowest:.2f} | {failures} |")
+    print(f"\ntarget: no call to third fails, and none waits longer than 2 x its p99 alone "
+          f"({2 * alone[0][3]:.2f} ms)")
 
 
 if __name__ == "__main__":

@@ -67,10 +67,19 @@ class RawClient:
             raise RuntimeError(f"{method} failed: {result}")
         return result
 
-    async def call(self, tool: str, arguments: dict[str, Any]) -> float:
+    async def call(self, tool: str, arguments: dict[str, Any], failed: list[dict[str, Any]] | None = None) -> float:
+        """One ``tools/call``: its round trip in seconds (an answer that is an error goes into ``failed``)."""
         started = time.perf_counter()
-        await self.request("tools/call", {"name": tool, "arguments": arguments})
-        return time.perf_counter() - started
+        try:
+            answer = await self.request("tools/call", {"name": tool, "arguments": arguments})
+        except RuntimeError as exc:
+            if failed is None:
+                raise
+            answer = {"error": str(exc)}
+        elapsed = time.perf_counter() - started
+        if failed is not None and ("error" in answer or answer["result"].get("isError")):
+            failed.append(answer)
+        return elapsed
 
     async def aclose(self) -> None:
         await self._stdin.aclose()
