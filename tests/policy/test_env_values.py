@@ -13,11 +13,10 @@ from hypothesis import strategies as st
 
 from tests.support import WARDEN, sandbox_writable
 from warden.errors import ConfigError
-from warden.policy import load_effective_policy, resolve_env, unpassed_env, unpassed_env_warning
+from warden.policy import SandboxSettings, load_effective_policy, resolve_env, unpassed_env, unpassed_env_warning
 from warden.policy._values import check_env_table, check_env_value
 from warden.sandbox import check_sandbox_settings
 from warden.sandbox._uids import SANDBOX_GID
-from warden.sandbox.settings import SandboxSettings
 from warden.secrets import SecretStore
 
 CANARY = "canary-Zq8vX2mP-value"

@@ -12,12 +12,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from warden.errors import LaunchError, SandboxUnavailable
+from warden.policy import Limits, SandboxSettings
 from warden.sandbox._data import data_dir
 from warden.sandbox._plan import SandboxPlan, bwrap_args, make_plan, prlimit_args
 from warden.sandbox._process import READY_SHIM
 from warden.sandbox._profiles import load_profiles
 from warden.sandbox._runtime import Runtime
-from warden.sandbox.settings import Limits, SandboxSettings
 
 PROFILES = load_profiles(data_dir() / "profiles")
 BARE = Runtime(profile="binary", argv=("/usr/bin/true",), binds=(), path_dirs=(), env={})

@@ -15,12 +15,8 @@ from typing import Any, final
 
 from warden.egress import describe_network
 from warden.errors import PolicyError
-from warden.policy._decide import Decision
-from warden.policy._visible import render_visible
-from warden.policy.pins._canonical import arguments_digest
-from warden.policy.pins._diff import render_definition
-from warden.policy.pins._store import PinEntry
-from warden.policy.pins._types import EntryKind
+from warden.policy import Decision, EntryKind, PinEntry, render_visible
+from warden.policy.pins import arguments_digest, render_definition
 
 __all__ = ["CallConfirmation", "PinConsent", "build_call_confirmation", "build_pin_consent",
            "read_call_confirmation", "read_pin_consent", "refusal"]

@@ -73,6 +73,7 @@ from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_bytes, load_policy_file
 from warden.policy._rate import Bucket, Rate, parse_rate, take
 from warden.policy._regex import compile_linear
+from warden.policy._sandbox import Limits, SandboxSettings
 from warden.policy._taint import (
     TaintedSession,
     TaintLedger,
@@ -118,6 +119,7 @@ __all__ = [
     "LaunchCeilings",
     "LaunchFacts",
     "LayerRules",
+    "Limits",
     "ListEntryFacts",
     "LoadedFile",
     "PinEntry",
@@ -129,6 +131,7 @@ __all__ = [
     "RootFacts",
     "RootsRequestFacts",
     "SamplingFacts",
+    "SandboxSettings",
     "Screened",
     "ServerPolicy",
     "Setting",

@@ -23,11 +23,11 @@ from warden.policy._effective import GlobRule, LayerRules, ServerPolicy, Source
 from warden.policy._flow import NEUTRAL, FlowRole, TaintMark
 from warden.policy._glob import glob_match
 from warden.policy._regex import linear_fullmatch
+from warden.policy._sandbox import SandboxSettings
 from warden.policy._visible import hidden_chars, render_visible
 from warden.policy.pins._canonical import arguments_digest
 from warden.policy.pins._types import EntryKind, PinState
 from warden.protocol.roots import RootError, normalize_file_uri, normalize_segments
-from warden.sandbox.settings import SandboxSettings
 
 
 class Effect(StrEnum):

@@ -49,8 +49,8 @@ from warden.policy._model import (
     _server_name,
 )
 from warden.policy._rate import DEFAULT_ELICITATION_RATE, Rate, parse_rate
+from warden.policy._sandbox import SandboxSettings
 from warden.policy.pins._canonical import digest
-from warden.sandbox.settings import SandboxSettings
 
 T = TypeVar("T")
 Layer = Literal["org", "user", "default", "builtin"]

@@ -13,8 +13,8 @@ from pydantic import BaseModel, ValidationError
 
 from warden.errors import ConfigError
 from warden.policy._model import LAUNCH_KEYS, PolicyFile
+from warden.policy._sandbox import SandboxSettings
 from warden.policy._toml import KeyPath, line_of, load_toml, parse_toml
-from warden.sandbox.settings import SandboxSettings
 
 Role = Literal["org", "user"]
 DEFAULT_ORG_POLICY = Path("/etc/warden/policy.toml")

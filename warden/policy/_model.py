@@ -29,8 +29,8 @@ from warden.paths import absolute_path
 from warden.policy._glob import check_glob
 from warden.policy._rate import DEFAULT_ELICITATION_RATE, check_rate
 from warden.policy._regex import check_linear
+from warden.policy._sandbox import Limits, SandboxSettings
 from warden.policy._values import check_env_table, check_env_value, references, secret_reference
-from warden.sandbox.settings import Limits, SandboxSettings
 
 OnNew = Literal["ask", "deny", "tofu"]
 OnChanged = Literal["ask", "deny"]

@@ -15,6 +15,7 @@ from typing import Any, Final
 from warden.egress import SandboxEgress
 from warden.errors import LaunchError
 from warden.launcher import Launcher
+from warden.policy import Limits, SandboxSettings
 from warden.sandbox._bwrap import BwrapChild, BwrapLauncher
 from warden.sandbox._cgroup import MemoryCgroups as _MemoryCgroups
 from warden.sandbox._cgroup import find_memory_cgroups as _find_memory_cgroups
@@ -27,7 +28,6 @@ from warden.sandbox._profiles import load_profiles as _load_profiles
 from warden.sandbox._uids import SANDBOX_GID
 from warden.sandbox._uids import check_writable_by_sandboxes as _check_writable_by_sandboxes
 from warden.sandbox._uids import planned_user as _planned_user
-from warden.sandbox.settings import Limits, SandboxSettings
 
 __all__ = [
     "SANDBOX_GID",

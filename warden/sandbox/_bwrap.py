@@ -38,6 +38,7 @@ import trio
 from warden.egress import Attachment, SandboxEgress, warn_if_node_ignores_proxy
 from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
+from warden.policy import SandboxSettings
 from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
 from warden.sandbox._cgroup import (
@@ -78,7 +79,6 @@ from warden.sandbox._uids import (
     owner_threads,
     planned_user,
 )
-from warden.sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
 

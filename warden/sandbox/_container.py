@@ -30,6 +30,7 @@ import trio
 from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
 from warden.paths import ensure_private_dir
+from warden.policy import SandboxSettings
 from warden.sandbox._data import data_dir
 from warden.sandbox._memfd import data_memfd
 from warden.sandbox._plan import PinnedSandboxes, SandboxPlan, make_plan
@@ -46,7 +47,6 @@ from warden.sandbox._profiles import Profiles, load_profiles
 from warden.sandbox._quota import QuotaGate, WriteQuota, wait_enforcing
 from warden.sandbox._runtime import Runtime, detect_runtime
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, check_writable_by_sandboxes
-from warden.sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
 

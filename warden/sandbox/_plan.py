@@ -28,10 +28,10 @@ from typing import Any, Literal, final
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.paths import store_dir, within
+from warden.policy import Limits, SandboxSettings
 from warden.sandbox._process import READY_SHIM
 from warden.sandbox._profiles import BaseProfile
 from warden.sandbox._runtime import Runtime
-from warden.sandbox.settings import Limits, SandboxSettings
 
 MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "bind-data", "proc", "dev"]
 MemoryScope = Literal["sandbox", "process"]

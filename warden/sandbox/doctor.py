@@ -23,6 +23,7 @@ from warden.egress import PROXY_PORT, EgressDecision, EgressRules, EgressTally, 
 from warden.errors import WardenError
 from warden.launcher import LaunchSpec
 from warden.paths import private_problem
+from warden.policy import SandboxSettings
 from warden.sandbox import _host
 from warden.sandbox._bwrap import BwrapLauncher
 from warden.sandbox._bwrap_binary import FIXED_VERSION, MITIGATION, locate_bwrap
@@ -32,7 +33,6 @@ from warden.sandbox._memfd import NSENTER, SYSCTL, can_seal
 from warden.sandbox._plan import PRLIMIT, SETPRIV
 from warden.sandbox._seccomp import compile_filter, load_rules
 from warden.sandbox._uids import SLOTS, UID_BASE
-from warden.sandbox.settings import SandboxSettings
 
 Status = Literal["ok", "warn", "fail", "info"]
 _CANARY = ("id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; "

@@ -1,8 +1,9 @@
 """Per-server sandbox settings, as written in the ``[servers.NAME.sandbox]`` table of a config or policy file.
 
-This model is owned by the sandbox code and embedded as-is by the policy model, so the two never disagree on what
-a sandbox setting means. Unknown keys are errors. The defaults are the strongest isolation warden offers: bwrap,
-no network, nothing of the host writable, only the runtime the server needs readable.
+It is part of the policy model (what a policy file may say), and the sandbox code reads this same model, so the
+two never disagree on what a sandbox setting means (and policy, pure, imports nothing of the sandbox). Unknown
+keys are errors. The defaults are the strongest isolation warden offers: bwrap, no network, nothing of the host
+writable, only the runtime the server needs readable.
 """
 
 from __future__ import annotations
