@@ -559,6 +559,8 @@ class Upstream:
         self._session: _Session | None = None
         self._ready = trio.Event()
         self._fatal: WardenError | None = None
+        self._stopped = False
+        """Its :meth:`run` has ended: no process will be started again."""
         self._description: ServerDescription | None = None
         self._legacy_capabilities: dict[str, Any] | None = None
         self._capabilities_known = trio.Event()
@@ -599,10 +601,13 @@ class Upstream:
 
         Raises:
             LaunchError, SandboxUnavailable, IncompatibleServer: the server cannot be run; warden will not retry.
+            UpstreamClosed: warden stopped the server for good.
         """
         while True:
             if self._fatal is not None:
                 raise self._fatal
+            if self._stopped:
+                raise UpstreamClosed(f"the server {self.name!r} was stopped by warden")
             if self._ready.is_set() and self._description is not None:
                 return self._description
             await self._wait_change()
@@ -645,10 +650,13 @@ class Upstream:
 
     @property
     def state(self) -> str:
-        """``running``, ``starting`` (no process has finished its handshake yet), ``restarting`` or ``failed``
-        (not started again: it cannot be run, or kept crashing; :attr:`last_error` says why)."""
+        """``running``, ``starting`` (no process has finished its handshake yet), ``restarting``, ``failed``
+        (not started again: it cannot be run, or kept crashing; :attr:`last_error` says why) or ``stopped`` (by
+        warden, for good)."""
         if self._fatal is not None:
             return "failed"
+        if self._stopped:
+            return "stopped"
         if self._ready.is_set():
             return "running"
         return "restarting" if self.restarts else "starting"
@@ -747,12 +755,18 @@ class Upstream:
 
         A server that cannot be run at all (launch refused, sandbox unavailable, its package could not be taken
         in, no common protocol) is not retried: every waiting and later request gets that error, so the host
-        shows the reason, not just a closed connection.
+        shows the reason, not just a closed connection. Once this ends (warden stopped the server for good: a
+        reload retired it), every waiting and later request gets :class:`UpstreamClosed` at once, never a wait
+        for a process that will not come.
         """
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            task_status.started()
-            await self._supervise()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                task_status.started()
+                await self._supervise()
+        finally:
+            self._stopped = True
+            self._notify_change()
 
     async def _supervise(self) -> None:
         backoff = self.options.restart_backoff
