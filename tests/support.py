@@ -142,6 +142,8 @@ class RawHost:
         self._stdout = process.stdout
         self._buffer = b""
         self.seen: list[dict[str, object]] = []
+        self._early: list[tuple[object, dict[str, object]]] = []
+        """Responses read while waiting for another (:meth:`response`)."""
 
     @classmethod
     async def start(cls, argv: list[str], **kwargs: Any) -> RawHost:
@@ -181,12 +183,19 @@ class RawHost:
         return message
 
     async def response(self, id_: object, timeout: float = 30.0) -> dict[str, object]:
-        """Read until the response to ``id_``; other messages are kept in ``seen``."""
+        """Read until the response to ``id_`` (or take it from those read before while waiting for another:
+        concurrent requests may be answered in any order); other messages are kept in ``seen``."""
+        for i, (answered, early) in enumerate(self._early):
+            if answered == id_:
+                del self._early[i]
+                return early
         while True:
             message = await self.next_message(timeout)
             assert message is not None, f"warden closed its stdout before answering {id_!r}"
-            if message.get("id") == id_ and "method" not in message:
-                return message
+            if "method" not in message and "id" in message:
+                if message["id"] == id_:
+                    return message
+                self._early.append((message["id"], message))
 
     async def call(self, id_: object, tool: str, arguments: dict[str, object] | None = None,
                    timeout: float = 30.0) -> dict[str, object]:

@@ -191,3 +191,28 @@ def status_of(name: str) -> dict[str, object]:
     servers = json.loads(shown.stdout)["serving"][0]["servers"]
     found: dict[str, object] = next(s for s in servers if s["name"] == name)
     return found
+
+
+async def test_a_legacy_session_that_keeps_ending_is_not_started_again(trusting: Path) -> None:
+    """Found in review: the legacy session of a dual-era server that dies at every request was started again for
+    every legacy request, a fresh sandbox each time, and never counted against ``--max-restarts``. Now, past
+    that many quick ends in a row, legacy hosts are translated onto the server's 2026 session instead: the next
+    call is answered with no new legacy session launched."""
+    argv = [*RAWSERVER[1:], "--era", "dual", "--exit-after", "1"]
+    trusting.write_text(trusting.read_text() + f"\n[servers.dual]\ncommand = {json.dumps(PYTHON)}\n"
+                                               f"args = {json.dumps(argv)}\n")
+    host = await RawHost.start([WARDEN, "serve", "--max-restarts", "1"], env=os.environ)
+    try:
+        await host.initialize()
+        for n in range(1, 4):
+            await host.request(n, "tools/call", {"name": "dual__echo", "arguments": {"text": f"call {n}"}})
+            assert (await host.response(n, 60))["result"]["content"][0]["text"] == f"call {n}"
+            with trio.fail_after(20):
+                while status_of("dual")["restarts"] != n:  # each call ends its process: the lane, then the main
+                    await trio.sleep(0.2)
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()
+    lanes = [r for r in audit_records("server.launched") if "legacy session for legacy hosts" in r.get("target", "")]
+    assert len(lanes) == 2, lanes

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import sys
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 from tests.http_server.test_principals import add_token, as_
 from tests.http_server.warden_http import MODERN, warden_http
 from tests.proxy.test_tasks import EXT, TASK_SERVER, WITH_TASKS, ModernHost, audit_json, legacy_host
-from tests.support import WARDEN, RawHost
+from tests.support import FIXTURES, PYTHON, RAWSERVER, WARDEN, RawHost
 from warden.gateway.tasks import TASK_NOTIFICATIONS, shown_task_ids
 from warden.protocol.messages import encode_notification, encode_request
 
@@ -144,20 +145,50 @@ async def test_a_task_behind_serve_http_is_its_principals_alone(trusting: Path, 
         assert (got["result"]["taskId"], got["result"]["status"]) == (task_id, "completed")
 
 
+async def test_no_server_can_take_serve_down_with_a_message_nested_deeper_than_it_can_read(trusting: Path) -> None:
+    """Found in review: a server's log line or status notification nested just under what the framing reads
+    (and holding the text ``task``) was read again, deeper down the stack, to show task ids, and the
+    RecursionError ended ``warden serve`` with every other server. Every depth up to past the framing's limit,
+    in a log line and a status notification: serve lives on and the other server answers."""
+    with trusting.open("a") as config:
+        for name, argv in (("evil", [PYTHON, str(FIXTURES / "hostile_server.py")]), ("b", RAWSERVER)):
+            config.write(f"\n[servers.{name}]\ncommand = {json.dumps(argv[0])}\nargs = {json.dumps(argv[1:])}\n")
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 5000))  # this test's host reads what reaches it
+    try:
+        host, _ = await legacy_host(SERVE)
+
+        def nested(depth: int) -> str:
+            return "[" * depth + '"task"' + "]" * depth
+
+        shapes = (("notifications/message", {"level": "info", "logger": "task", "data": "NEST"}),
+                  ("notifications/tasks/status", {"taskId": "t", "status": "working", "x": "NEST"}))
+        for start in range(800, 1040, 40):
+            lines = [json.dumps({"jsonrpc": "2.0", "method": method, "params": params})
+                     .replace('"NEST"', nested(depth))
+                     for depth in range(start, start + 40) for method, params in shapes]
+            await host.request(start, "tools/call", {"name": "evil__hz", "arguments": {"emit": lines}})
+            assert "result" in await host.response(start, 60)
+        await host.request(1, "tools/call", {"name": "b__echo", "arguments": {"text": "still here"}})
+        assert (await host.response(1, 60))["result"]["content"][0]["text"] == "still here"
+        assert await host.close() == 0
+    finally:
+        sys.setrecursionlimit(limit)
+
+
 KEYS: Final = st.sampled_from(["taskId", "task", "tasks", "_meta", RELATED, "status", "x"]) | st.text(max_size=4)
 JSON: Final = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(KEYS, inner, max_size=4),
                            max_leaves=20)
 
 
-def renamed_where_expected(params: dict[str, Any], whole: bool, prefix: str) -> dict[str, Any]:
+def renamed_where_expected(params: dict[str, Any], shape: str, prefix: str) -> dict[str, Any]:
     """The test's own statement of where a task id is shown renamed (the oracle for the property below)."""
     out = copy.deepcopy(params)
     meta = out.get("_meta")
     spots = [meta.get(RELATED)] if isinstance(meta, dict) else []
-    if whole:
-        listed = out.get("tasks")
-        spots += [out, out.get("task"), *(listed if isinstance(listed, list) else [])]
+    if shape == "task":
+        spots.append(out)
     for spot in spots:
         if isinstance(spot, dict) and isinstance(spot.get("taskId"), str):
             spot["taskId"] = prefix + spot["taskId"]
@@ -165,27 +196,46 @@ def renamed_where_expected(params: dict[str, Any], whole: bool, prefix: str) -> 
 
 
 @given(method=st.sampled_from(["notifications/tasks", "notifications/tasks/status", "notifications/message",
-                               "elicitation/create"]),
+                               "notifications/progress", "elicitation/create", "sampling/createMessage"]),
        params=st.dictionaries(KEYS, JSON, max_size=5), escaped=st.booleans(), ascii_only=st.booleans())
-def test_every_task_id_a_message_can_carry_is_shown_under_its_server_and_nothing_else_changes(
+def test_a_status_notification_and_a_question_show_their_task_ids_under_their_server(
         method: str, params: dict[str, Any], escaped: bool, ascii_only: bool) -> None:
-    """Whatever a server's message holds, each task id the hub shows the host is ``SERVER__ID`` (a status
-    notification's own and its task's, a list's, any ``related-task``), however its text spells the key
-    (``task\\u0049d``); everything else decodes as it was, and a message with no task id is passed on byte for
-    byte."""
+    """Whatever a server's message holds, a status notification's task id and a question's ``related-task`` id
+    reach the host as ``SERVER__ID``, however the server's text spells the key (``task\\u0049d``); everything
+    else in them decodes as it was; and every other message (a log line, progress) is passed on byte for byte,
+    unread."""
     text = json.dumps(params, ensure_ascii=ascii_only)
     if escaped:
         text = text.replace('"taskId"', '"task\\u0049d"')
     body = text.encode()
-    message = encode_notification(method, body) if method.startswith("notifications/") \
-        else encode_request(b'"w-1"', method, body)
+    question = not method.startswith("notifications/")
+    message = encode_request(b'"w-1"', method, body) if question else encode_notification(method, body)
     shown = shown_task_ids(message, "srv__")
-    expected = renamed_where_expected(params, method in TASK_NOTIFICATIONS, "srv__")
+    if method not in TASK_NOTIFICATIONS and not question:
+        assert shown == message
+        return
+    assert shown is not None
+    expected = renamed_where_expected(params, "task" if method in TASK_NOTIFICATIONS else "related", "srv__")
     assert json.loads(shown)["params"] == expected
     if expected == params:
         assert shown == message
 
 
-@given(st.binary(max_size=200) | st.binary(max_size=200).map(lambda b: b'{"params":{"taskId":' + b))
-def test_any_bytes_are_shown_or_passed_on_never_an_error(data: bytes) -> None:
-    assert isinstance(shown_task_ids(data, "srv__"), bytes)
+@given(st.binary(max_size=200).map(lambda b: encode_notification("notifications/tasks/status", b))
+       | st.binary(max_size=200).map(lambda b: encode_request(b"1", "elicitation/create", b))
+       | st.binary(max_size=200))
+def test_any_bytes_are_shown_passed_on_or_dropped_never_an_error(data: bytes) -> None:
+    shown = shown_task_ids(data, "srv__")
+    assert shown is None or isinstance(shown, bytes)
+
+
+def test_a_message_nested_too_deeply_to_read_here_is_dropped_or_passed_on_never_an_error() -> None:
+    """Found in review: msgspec's nesting limit is the interpreter's recursion limit less the frames on the stack,
+    so a message the framing read could not be read again deeper down, and the RecursionError took ``warden
+    serve`` down with every server. Here every kind of message, nested past any limit, is handled."""
+    deep = b'{"taskId":"t","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert shown_task_ids(encode_notification("notifications/tasks/status", deep), "srv__") is None
+    question = encode_request(b"1", "elicitation/create", deep)
+    assert shown_task_ids(question, "srv__") == question
+    log_line = encode_notification("notifications/message", deep)
+    assert shown_task_ids(log_line, "srv__") == log_line

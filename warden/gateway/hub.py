@@ -38,6 +38,7 @@ from warden.gateway.link import HostLink, LegacyHost, Rewritten, Sink
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     MAX_TASKS,
+    SHAPE_OF_ANSWER,
     TASKS_EXTENSION,
     UNKNOWN_TASK,
     check_task_id,
@@ -71,6 +72,7 @@ from warden.protocol.messages import (
     encode_request,
     encode_result,
 )
+from warden.protocol.paging import ListLimits, Pager
 from warden.protocol.uri_template import template_pattern
 
 __all__ = ["DEFAULT_SEPARATOR", "MAX_PRINCIPALS", "NAME_MAX", "Hub", "Member", "check_server_names", "split_name"]
@@ -94,8 +96,8 @@ _CHANGED: Final = tuple(_LIST_KEYS.values())
 _OWN_ID: Final = b'"warden-hub"'
 _ACKNOWLEDGED: Final = encode_notification("notifications/subscriptions/acknowledged", b"")[:-2]
 _LEFT_OUT_KEPT: Final = 16
-_TASK_PAGES: Final = 100
-"""The most pages of one server's ``tasks/list`` the hub follows for one host's list."""
+_TASK_LIST_LIMITS: Final = ListLimits(max_pages=100, max_items=MAX_TASKS)
+"""What one server's ``tasks/list`` may cost one host's list: no more tasks than a server's gateway remembers."""
 _URIS_KEPT: Final = 10_000
 """The most resources (and templates) of one server the hub routes by; a list is bounded anyway (paging limits)."""
 
@@ -398,8 +400,14 @@ class Hub:
 
     @staticmethod
     async def _run(member: Member, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """``member``'s upstream, until a reload retires it. A fault in it (a bug, or something a server did
+        that warden did not foresee) ends that server only: its requests then fail at once, and every other
+        server and host goes on."""
         with member.scope:
-            await member.gateway.upstream.run(task_status=task_status)
+            try:
+                await member.gateway.upstream.run(task_status=task_status)
+            except Exception:
+                log.exception("%s: internal error; this server is stopped (the others go on)", member.name)
 
     def replace(self, members: Sequence[Member]) -> list[Member]:
         """Serve ``members`` from now on (a reload) and return those no longer served, their upstreams cancelled;
@@ -742,22 +750,29 @@ class Hub:
 
     # -- tasks: ids shown as SERVER<sep>ID -----------------------------------------------------------------------
 
-    def _shown_by(self, member: Member) -> Callable[[bytes], bytes]:
+    def _shown_by(self, member: Member) -> Callable[[bytes], bytes | None]:
         """What a message ``member``'s gateway sends a host becomes: its task ids shown under the server's name."""
         prefix = member.name + self._separator
         return lambda message: shown_task_ids(message, prefix)
 
     def _tasks_shown(self, member: Member, request: Request, response: bytes) -> bytes:
-        """``member``'s answer to a task-augmented ``tools/call`` or a ``tasks/*`` request, the task ids of its
-        result shown under the server's name."""
+        """``member``'s answer to a task-augmented ``tools/call`` or a ``tasks/*`` request, the task ids its
+        result carries as such (:data:`~warden.gateway.tasks.SHAPE_OF_ANSWER`) shown under the server's name.
+
+        Raises:
+            RemoteProtocolError: the answer cannot be read here (nested too deeply): it is not passed on, since
+                its task ids could not be shown.
+        """
         if b"task" not in response and b"\\u" not in response:
             return response
         try:
-            body = msgspec.json.decode(_REPLY.decode(response).result or b"null")
-        except msgspec.DecodeError:
-            return response
+            body = decode_json(bytes(_REPLY.decode(response).result) or b"null")
+        except msgspec.DecodeError as exc:
+            raise RemoteProtocolError(f"server {member.name!r} answered {request.method} with a result warden "
+                                      "cannot read", jsonrpc_code=INTERNAL_ERROR) from exc
         prefix = member.name + self._separator
-        if not isinstance(body, dict) or not rename_task_ids(body, lambda task_id: prefix + task_id):
+        if not isinstance(body, dict) or not rename_task_ids(body, lambda task_id: prefix + task_id,
+                                                             SHAPE_OF_ANSWER[request.method]):
             return response
         return encode_result(request.id, encode_json(body))
 
@@ -787,8 +802,10 @@ class Hub:
 
     async def _task_list(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """2025-11-25 ``tasks/list``: the host's tasks on every server it has used (each server's gateway lists
-        the host's own only), every page of each, waited for at most ``list_wait``: one complete list, as the
-        hub's other lists are."""
+        the host's own only), every page of each under the paging rules of every list (:class:`Pager`: no repeated
+        cursor, bounded pages, entries and bytes), each task once, waited for at most ``list_wait``. A server
+        that breaks a rule or does not finish in time is left out of the answer (and the log says so), as the
+        hub's other lists leave out a server that does not answer."""
         params = decode_object(request.params)
         if read_request_meta(params)[0] is not None:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
@@ -797,20 +814,29 @@ class Hub:
         found: dict[str, list[Any]] = {}
 
         async def pages(member: Member) -> None:
-            cursor: object = None
-            with trio.move_on_after(self._list_wait):
-                for _ in range(_TASK_PAGES):
-                    asked = {**params, "cursor": cursor} if isinstance(cursor, str) else params
-                    answer = decode_object(self._tasks_shown(member, request, await self._forward(
-                        member, request, asked, link, sink, counted=False)))
-                    result = answer.get("result")
-                    listed = result.get("tasks") if isinstance(result, dict) else None
-                    if not isinstance(result, dict) or not isinstance(listed, list):
-                        return  # a server that carries no tasks for this host, or failed: nothing of it listed
-                    found.setdefault(member.name, []).extend(listed)
-                    if result.get("nextCursor") in (None, cursor) or len(found[member.name]) >= MAX_TASKS:
+            pager = Pager(member.name, request.method, modern=False, limits=_TASK_LIST_LIMITS, key="tasks")
+            with trio.move_on_after(self._list_wait) as waited:
+                while True:
+                    try:
+                        response = self._tasks_shown(member, request, await self._forward(
+                            member, request, pager.params(params), link, sink, counted=False))
+                        raw = _REPLY.decode(response).result
+                        if not raw:
+                            return  # the server carries no tasks for this host, or failed: nothing of it listed
+                        if pager.add(decode_object(bytes(raw)), len(raw)):
+                            break
+                    except (WardenError, msgspec.DecodeError, TypeError) as exc:  # a paging rule broken, an
+                        # answer that is not an object or cannot be read here, a reload meanwhile
+                        log.warning("%s: %s; left out of the host's tasks/list", member.name,
+                                    exc.message if isinstance(exc, WardenError) else "its answer cannot be read")
                         return
-                    cursor = result["nextCursor"]
+            if waited.cancelled_caught:
+                log.warning("%s: tasks/list not complete within %g s; left out of the host's list", member.name,
+                            self._list_wait)
+                return
+            unique = {task["taskId"]: task for task in reversed(pager.items)
+                      if isinstance(task, dict) and isinstance(task.get("taskId"), str)}
+            found[member.name] = list(reversed(unique.values()))
 
         async with trio.open_nursery() as nursery:
             for name in [n for n in self.members if n in self._links.get(link, {})]:
@@ -893,18 +919,10 @@ class Hub:
         for uri in uris:
             with contextlib.suppress(WardenError):
                 owners.setdefault((await self._owner(uri, request, link)).name, []).append(uri)
-        asked = wanted.get("taskIds")
-        tasks: dict[str, list[str]] = {}
-        for shown in asked[:256] if isinstance(asked, list) else ():
-            parts = split_name(shown, self._separator) if isinstance(shown, str) else None
-            if parts is not None:
-                tasks.setdefault(parts[0], []).append(parts[1])
 
         async def listen(member: Member, listening: _Listening, scope: trio.CancelScope) -> None:
             with scope:
                 mine = {**wanted, "resourceSubscriptions": owners.get(member.name, [])}
-                if "taskIds" in wanted:  # each server is asked about its own tasks, by its own ids
-                    mine["taskIds"] = tasks.get(member.name, [])
                 with contextlib.suppress(WardenError):  # a reload retired it meanwhile
                     await self._forward(member, request, {**params, "notifications": mine}, link,
                                         listening.sink(member), counted=False)

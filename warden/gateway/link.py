@@ -36,14 +36,16 @@ class Sink(Protocol):
 
 @final
 class Rewritten:
-    """A sink that passes each message on as ``rewrite`` makes it."""
+    """A sink that passes each message on as ``rewrite`` makes it, or not at all where it says None."""
 
-    def __init__(self, sink: Sink, rewrite: Callable[[bytes], bytes]) -> None:
+    def __init__(self, sink: Sink, rewrite: Callable[[bytes], bytes | None]) -> None:
         self._sink = sink
         self._rewrite = rewrite
 
     async def send(self, message: bytes) -> None:
-        await self._sink.send(self._rewrite(message))
+        shown = self._rewrite(message)
+        if shown is not None:
+            await self._sink.send(shown)
 
 
 class Served(Protocol):
@@ -158,12 +160,12 @@ class HostLink:
     """
 
     def __init__(self, name: str, *, principal: str | None = None, question_timeout: float = 600.0,
-                 within: HostLink | None = None, outgoing: Callable[[bytes], bytes] | None = None) -> None:
+                 within: HostLink | None = None, outgoing: Callable[[bytes], bytes | None] | None = None) -> None:
         self.name = name
         self._within = within
         self._outgoing = outgoing
-        """For a link ``within`` another: what each message becomes on the other's channel (``warden serve``
-        shows a server's task ids under its name)."""
+        """For a link ``within`` another: what each message becomes on the other's channel, if anything
+        (``warden serve`` shows a server's task ids under its name)."""
         self._unsolicited: Sink | None = None
         self.principal = principal
         """Who the HTTP face authenticated for every request on this link (a link never serves two)."""

@@ -15,16 +15,25 @@ with the same answer for a foreign id and one never created (no oracle for which
 
 from __future__ import annotations
 
+import logging
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, final
+from typing import Any, Final, Literal, final
 
 import msgspec
 
 from warden.errors import RemoteProtocolError
 from warden.protocol.eras import Era
-from warden.protocol.messages import INTERNAL_ERROR, INVALID_PARAMS, decode_object, encode_json
+from warden.protocol.messages import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    decode_object,
+    encode_json,
+    encode_notification,
+)
+
+log = logging.getLogger(__name__)
 
 TASKS_EXTENSION: Final = "io.modelcontextprotocol/tasks"
 LEGACY_TASKS_VERSION: Final = "2025-11-25"
@@ -193,19 +202,34 @@ class TaskTable:
         return entry
 
 
-def rename_task_ids(body: dict[str, Any], rename: Callable[[str], str], *, whole: bool = True) -> bool:
-    """Rename, in place, every task id ``body`` (a result, or a message's params) carries where either form puts
-    one: a ``taskId`` of its own (a 2026 ``CreateTaskResult``, a task from ``tasks/get`` or ``tasks/cancel``, a
-    status notification's params), ``task.taskId`` (a 2025-11-25 ``CreateTaskResult``), ``tasks[].taskId``
-    (``tasks/list``) and ``_meta[RELATED_TASK].taskId``; with ``whole`` False, the last only (a message that is
-    not about a task itself). Returns whether anything was renamed.
+TaskShape = Literal["created", "task", "list", "related"]
+"""Where a message carries task ids of its own: ``created``, a ``tools/call`` result that may be a task (2026:
+``taskId`` beside ``resultType: "task"``; 2025-11-25: ``task.taskId``); ``task``, a task itself (``tasks/get``, a
+2025-11-25 ``tasks/cancel``, a status notification's params: its ``taskId``); ``list``, ``tasks/list`` (each of
+``tasks[]``); ``related``, only the ``related-task`` metadata any message may carry (a question asked for a task,
+``tasks/result``'s answer)."""
+
+SHAPE_OF_ANSWER: Final[dict[str, TaskShape]] = {
+    "tools/call": "created", "tasks/get": "task", "tasks/cancel": "task", "tasks/list": "list",
+    "tasks/result": "related", "tasks/update": "related"}
+
+
+def rename_task_ids(body: dict[str, Any], rename: Callable[[str], str], shape: TaskShape) -> bool:
+    """Rename, in place, the task ids ``body`` (a result, or a message's params) carries as a message of
+    ``shape`` carries them (:data:`TaskShape`), its ``_meta[RELATED_TASK].taskId`` included; a field of the same
+    name anywhere else is the server's content and stays as it is. Returns whether anything was renamed.
 
     ``warden serve`` shows every server's task ids as ``SERVER<sep>ID`` with it, so two servers' ids never meet
     and a host's ``tasks/*`` request names the server it goes to."""
-    holders: list[Any] = [body.get("_meta", {}).get(RELATED_TASK)] if isinstance(body.get("_meta"), dict) else []
-    if whole:
+    meta = body.get("_meta")
+    holders: list[Any] = [meta.get(RELATED_TASK)] if isinstance(meta, dict) else []
+    if shape == "created":
+        holders.append(body if body.get("resultType") == "task" else body.get("task"))
+    elif shape == "task":
+        holders.append(body)
+    elif shape == "list":
         listed = body.get("tasks")
-        holders += [body, body.get("task"), *(listed if isinstance(listed, list) else ())]
+        holders += listed if isinstance(listed, list) else ()
     renamed = False
     for holder in holders:
         if isinstance(holder, dict) and isinstance(holder.get("taskId"), str):
@@ -214,19 +238,28 @@ def rename_task_ids(body: dict[str, Any], rename: Callable[[str], str], *, whole
     return renamed
 
 
-def shown_task_ids(message: bytes, prefix: str) -> bytes:
-    """``message`` (an encoded notification or question for a host) with the task ids it carries renamed
-    ``prefix + ID`` (:func:`rename_task_ids`: a status notification's own id, any message's ``related-task``);
-    returned as it is, unread, when its text cannot name one: no ``task`` in it, and no ``\\u`` escape that could
-    spell one."""
-    if b"task" not in message and b"\\u" not in message:
+_NOTIFICATION_HEADS: Final = tuple(encode_notification(method, b"")[:-2] for method in TASK_NOTIFICATIONS)
+_REQUEST_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+
+
+def shown_task_ids(message: bytes, prefix: str) -> bytes | None:
+    """``message`` (as warden encoded it for a host: a notification, or a question) with its task ids renamed
+    ``prefix + ID``: a status notification's (``task``) and a question's ``related-task`` metadata. Every other
+    message is passed on unread (a server's log line or progress may hold anything, and a large one would cost a
+    decode on the event loop): the ``related-task`` metadata it carries, if any, stays as the server wrote it.
+    None: a status notification that cannot be read (nested too deeply to decode here): it is dropped, since its
+    id could not be shown."""
+    notification = message.startswith(_NOTIFICATION_HEADS)
+    if not notification and not message.startswith(_REQUEST_HEAD):
         return message
     try:
         body = decode_object(message)
     except (msgspec.DecodeError, TypeError):
-        return message
+        log.warning("a task message this host should get could not be read; %s", "dropped" if notification
+                    else "passed on as the server sent it")
+        return None if notification else message
     params = body.get("params")
     if not isinstance(params, dict) or not rename_task_ids(params, lambda task_id: prefix + task_id,
-                                                           whole=body.get("method") in TASK_NOTIFICATIONS):
+                                                           "task" if notification else "related"):
         return message
     return encode_json({**body, "params": params})

@@ -257,8 +257,17 @@ def encode_json(value: Any) -> bytes:
 
 
 def decode_json(raw: bytes) -> Any:
-    """Decode raw JSON text warden needs to read. Raises ``msgspec.DecodeError`` on malformed input."""
-    return msgspec.json.decode(raw)
+    """Decode raw JSON text warden needs to read.
+
+    Raises:
+        msgspec.DecodeError: malformed input, or input nested too deeply to decode from here. (msgspec's depth
+            limit is the interpreter's recursion limit less the frames already on the stack, so text the framing
+            decoded may not decode deeper down: that is the peer's input refused, never a RecursionError.)
+    """
+    try:
+        return msgspec.json.decode(raw)
+    except RecursionError as exc:
+        raise msgspec.DecodeError("JSON nested too deeply") from exc
 
 
 def decode_object(raw: bytes | None) -> dict[str, Any]:
@@ -267,10 +276,11 @@ def decode_object(raw: bytes | None) -> dict[str, Any]:
     Raises:
         TypeError: the text is not a JSON object. (Framed messages are checked already, so this means a caller
             passed something else.)
+        msgspec.DecodeError: as :func:`decode_json`.
     """
     if raw is None:
         return {}
-    value = msgspec.json.decode(raw)
+    value = decode_json(raw)
     if not isinstance(value, dict):
         raise TypeError("expected a JSON object")
     return value

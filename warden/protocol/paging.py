@@ -57,12 +57,14 @@ class Pager:
         server: the server's name, for the refusal.
         method: ``tools/list``, ``prompts/list``, ``resources/list`` or ``resources/templates/list``.
         modern: the server speaks 2026-07-28 (``ttlMs`` and ``cacheScope`` are read; ``""`` is a cursor).
+        key: the result's list (default: the list ``method`` answers with; ``tasks`` for ``tasks/list``).
     """
 
-    def __init__(self, server: str, method: str, *, modern: bool, limits: ListLimits | None = None) -> None:
+    def __init__(self, server: str, method: str, *, modern: bool, limits: ListLimits | None = None,
+                 key: str | None = None) -> None:
         self._server = server
         self._method = method
-        self._key = LIST_METHODS[method]
+        self._key = key or LIST_METHODS[method]
         self._modern = modern
         self._limits = limits or ListLimits()
         self._seen: set[str] = set()

@@ -568,6 +568,8 @@ class Upstream:
         self._lane: _Session | None = None
         self._lane_started: trio.Event | None = None
         self._lane_refused = False
+        self._lane_quick_ends = 0
+        """Legacy sessions in a row that ended of themselves within a minute of starting (``max_restarts``)."""
         self._last_reason = ""
         self.restarts = 0
         """How many times a process of this server ended and another was started (or is about to be)."""
@@ -697,6 +699,7 @@ class Upstream:
 
     async def _run_lane(self, capabilities: dict[str, Any], started: trio.Event) -> None:
         lane: _Session | None = None
+        begun = trio.current_time()
         try:
             connection = await self.connector.connect()
         except (LaunchError, SandboxUnavailable) as exc:
@@ -730,10 +733,7 @@ class Upstream:
                 nursery.cancel_scope.cancel()
         finally:
             if lane is not None and session.closed.is_set():  # it ended of itself (warden's stop cancels instead)
-                self.restarts += 1  # the next legacy request starts another, as a restart would
-                self._last_reason = f"{session.close_reason} (the legacy session for legacy hosts)"
-                log.warning("%s: the legacy session for legacy hosts ended (%s); the next legacy request starts "
-                            "another", self.name, session.close_reason)
+                self._lane_ended(session.close_reason, quick=trio.current_time() - begun < 60)
             if self._lane is lane:
                 self._lane = None
             self._lane_started = None
@@ -742,6 +742,24 @@ class Upstream:
             with trio.CancelScope(shield=True):
                 await connection.stop(graceful=graceful)
                 await self.handler.on_lifecycle("ended", session.close_reason)
+
+    def _lane_ended(self, reason: str, *, quick: bool) -> None:
+        """A legacy session for legacy hosts ended of itself: a restart, as the main process's end is (the next
+        legacy request starts another). One that keeps ending within a minute of starting (more than
+        ``max_restarts`` times in a row) is not started again: legacy hosts are translated onto the 2026 session
+        from then on, rather than given a fresh sandbox for every request."""
+        self.restarts += 1
+        self._last_reason = f"{reason} (the legacy session for legacy hosts)"
+        self._lane_quick_ends = self._lane_quick_ends + 1 if quick else 0
+        limit = self.options.max_restarts
+        if limit is not None and self._lane_quick_ends > limit:
+            self._lane_refused = True
+            log.warning("%s: the legacy session for legacy hosts ended %d times in a row, each within a minute of "
+                        "starting (last: %s); legacy hosts are translated onto the 2026 session from now on",
+                        self.name, self._lane_quick_ends, reason)
+        else:
+            log.warning("%s: the legacy session for legacy hosts ended (%s); the next legacy request starts "
+                        "another", self.name, reason)
 
     def _remember(self, answer: EraAnswer | None) -> None:
         if self._era_memory is not None and answer != self._recalled:
