@@ -9,7 +9,6 @@ import httpx
 import pytest
 
 from warden.errors import ConfigError, LocalProtocolError, UpstreamClosed, UpstreamError, UpstreamTimeout, WardenError
-from warden.transport.http_client import map_http_error
 from warden.transport.http_config import (
     auth_headers_from_config,
     headers_from_env,
@@ -17,6 +16,7 @@ from warden.transport.http_config import (
     http_server_name,
     is_http_url,
 )
+from warden.transport.http_exchange import map_http_error
 
 
 def test_is_http_url() -> None:

@@ -1,6 +1,7 @@
 """trio I/O towards servers and hosts, without protocol decisions: a message channel over byte streams (a child's
 pipes, warden's own stdin/stdout), and the HTTP upstream client (``http_config`` checks its settings,
-``http_client`` speaks Streamable HTTP and the 2024-11-05 HTTP+SSE transport).
+``http_exchange`` makes each bounded exchange with the server's origin, ``http_client`` carries the session over
+Streamable HTTP and the 2024-11-05 HTTP+SSE transport).
 
 The faces hosts talk to (``warden.gateway.stdio``, ``warden.gateway.http``) are not here: each one drives the
 gateway per request (its own session engine, request tasks, the HTTP face's sessions and streams), so they live

@@ -31,18 +31,13 @@ What decides how a message travels:
   ``message`` events on the stream (SS03). It is only ever the last fallback (SS04); the connector remembers which
   legacy transport the URL speaks, so a reconnection goes straight to it.
 
-Security (AU03-AU06): the configured static headers (a bearer token, say) go on every request to the configured
-origin - the probe, ``initialize``, GET and DELETE included - and nowhere else. Redirects are followed only within
-the origin (307/308, method and body kept); an HTTP+SSE endpoint on another origin is refused; credentials are
-never put in a URL, and a configured URL with credentials in it is refused. httpx's environment handling is off
-(``trust_env=False``): no proxy, ``.netrc`` or CA bundle is picked up from the environment behind the user's back.
-
-Bounds: every JSON body is read up to the channel's ``max_message_size``; every event stream goes through a
-bounded :class:`~warden.protocol.sse.SSEParser`; compressed answers are refused (warden asks for ``identity``:
-a small gzip body could otherwise inflate past any bound); connects, writes and acknowledgements have timeouts.
-Answers are never read without a bound or waited for without a deadline: the session's request deadline closes a
-request's stream when it fires. httpx and trio errors become warden errors at this boundary
-(:func:`map_http_error`).
+Every exchange goes through :class:`~warden.transport.http_exchange.HttpExchange`, which keeps the rules of
+security (AU03-AU06: static headers and tokens to the configured origin only, redirects within it, no credentials
+in URLs, nothing from the environment) and of bounds (bodies and event streams read up to the message size,
+compressed answers refused, httpx errors mapped to warden errors) for all three. Which tools a modern server's
+calls may reach, and with which headers, is :class:`~warden.protocol.tool_screen.ToolScreen`'s (sans-IO); this
+module only lists the tools for it. Answers are never waited for without a deadline: the session's request
+deadline closes a request's stream when it fires.
 """
 
 from __future__ import annotations
@@ -50,8 +45,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import logging
-from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 from urllib.parse import urlsplit
 
@@ -59,7 +53,6 @@ import httpx
 import msgspec
 import trio
 
-from warden import __version__
 from warden.auth import OAuthClient
 from warden.errors import (
     ConfigError,
@@ -76,10 +69,6 @@ from warden.protocol.http_answers import (
     AnswerKind,
     classify,
     falls_back_to_sse,
-    http_failure,
-    redirect_target,
-    request_outcome,
-    resolve_endpoint,
     resume_delay,
     valid_session_id,
 )
@@ -87,7 +76,6 @@ from warden.protocol.mcp_headers import (
     HTTP_FIELD_VALUE,
     PROTOCOL_VERSION_HEADER,
     ToolHeaders,
-    check_tool_headers,
     request_headers,
 )
 from warden.protocol.messages import (
@@ -108,110 +96,34 @@ from warden.protocol.messages import (
     parse_message,
 )
 from warden.protocol.paging import Pager
-from warden.protocol.sse import SSEError, SSEParser
+from warden.protocol.tool_screen import ToolScreen
 from warden.transport.http_config import HttpSettings
+from warden.transport.http_exchange import (
+    Accepted,
+    Answered,
+    Broken,
+    HttpExchange,
+    Outcome,
+    SessionLost,
+    Unanswered,
+    encoding_problem,
+)
 
 __all__ = [
     "HttpConnection",
     "HttpConnector",
-    "map_http_error",
 ]
 
 log = logging.getLogger(__name__)
 
 SESSION_HEADER: Final = "Mcp-Session-Id"
 LAST_EVENT_ID_HEADER: Final = "Last-Event-ID"
-ACCEPT_BOTH: Final = "application/json, text/event-stream"
-MAX_REDIRECTS: Final = 3
-MAX_AUTH_RETRIES: Final = 2
-"""How often one request is sent again after a 401/403 got warden a new token (a refresh or authorization, then
-at most one scope step-up)."""
 MAX_RESUMES: Final = 5
 """How many times one response stream (or the GET stream, without an event in between) is resumed."""
 INBOX_BATCHES: Final = 32
 """Batches waiting for the session; a reader that falls behind makes the HTTP readers wait (backpressure)."""
-ERROR_SNIPPET_BYTES: Final = 4096
 STOP_GRACE: Final = 5.0
 """Seconds a stop may spend saying goodbye (DELETE) before it closes the connection regardless."""
-
-
-
-# ------------------------------------------------------------------------------------------------ errors
-
-
-def map_http_error(exc: httpx.HTTPError | httpx.InvalidURL | httpx.StreamError, url: str) -> WardenError:
-    """The warden error for an httpx failure while talking to ``url`` (raise it ``from`` ``exc``).
-
-    Timeouts become :class:`UpstreamTimeout`; transport failures (cannot connect, connection reset, a peer that
-    breaks HTTP/1.1) :class:`UpstreamClosed`; a malformed URL (warden's configuration) :class:`ConfigError`;
-    misuse of a stream (a warden bug) :class:`LocalProtocolError`; anything else :class:`UpstreamError`.
-    """
-    what = type(exc).__name__
-    detail = str(exc) or what
-    if isinstance(exc, httpx.TimeoutException):
-        return UpstreamTimeout(f"{url}: timed out ({what})")
-    if isinstance(exc, httpx.ConnectError):
-        return UpstreamClosed(f"cannot connect to {url}: {detail}")
-    if isinstance(exc, httpx.TransportError):
-        return UpstreamClosed(f"the connection to {url} failed: {detail} ({what})")
-    if isinstance(exc, httpx.InvalidURL):
-        return ConfigError(f"invalid URL {url!r}: {detail}")
-    if isinstance(exc, httpx.StreamError):
-        return LocalProtocolError(f"warden misused an HTTP stream for {url}: {detail}")
-    return UpstreamError(f"HTTP request to {url} failed: {detail} ({what})")
-
-
-class _Unanswered(UpstreamError):
-    """The server answered, but not with a JSON-RPC answer to the request (a wrong status or content type, an
-    oversized or compressed body, a broken event stream, a refused redirect). Never worth re-issuing."""
-
-    def __init__(self, reason: str, status: int | None = None, body: bytes = b"") -> None:
-        super().__init__(reason)
-        self.status = status
-        self.body = body
-
-    def failure(self, id_raw: bytes) -> ErrorResponse:
-        """The error the request ``id_raw`` gets instead of an answer."""
-        return http_failure(id_raw, self.status, self.message, self.body)
-
-
-# ------------------------------------------------------------------------------------------------ outcomes
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Final:
-    """The request's own response arrived (already re-bound to the id the request went out with)."""
-
-    message: Response | ErrorResponse
-    status: int
-    headers: httpx.Headers
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Broken:
-    """The answer ended, or the connection broke, before the final response."""
-
-    reason: str
-    last_event_id: str = ""
-    retry: int | None = None
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _Accepted:
-    status: int
-    headers: httpx.Headers
-
-
-@final
-@dataclass(frozen=True, slots=True)
-class _SessionLost:
-    status: int
-
-
-_Outcome = _Final | _Broken | _Accepted | _SessionLost
 
 
 class _Transport(enum.Enum):
@@ -326,14 +238,7 @@ class HttpConnection:
         self._connector = connector
         self._name = name
         self._url = settings.url
-        base_headers = {"Accept": ACCEPT_BOTH, "Accept-Encoding": "identity",
-                        "User-Agent": f"warden/{__version__}"}
-        base_headers.update(dict(settings.headers))
-        self._client = httpx.AsyncClient(
-            headers=base_headers, follow_redirects=False, trust_env=False,
-            timeout=httpx.Timeout(connect=settings.connect_timeout, read=None, write=settings.write_timeout,
-                                  pool=settings.connect_timeout))
-        self._ack_timeout = httpx.Timeout(settings.ack_timeout, connect=settings.connect_timeout)
+        self._http = HttpExchange(settings, auth=auth, deliver=self._deliver)
         self._inbox_send, self._inbox_receive = trio.open_memory_channel[list[Message]](INBOX_BATCHES)
         self._nursery: trio.Nursery | None = None
         self._ended = trio.Event()
@@ -349,9 +254,7 @@ class HttpConnection:
         self._get_stream = False
         self._session_gone = False
         # modern state: what warden knows of the server's tools, for Mcp-Param-* headers (HM06) and HM11
-        self._tools: dict[str, ToolHeaders] = {}
-        self._excluded: dict[str, str] = {}
-        self._unlisted: set[str] = set()
+        self._screen = ToolScreen()
 
     # -- Connection ---------------------------------------------------------------------------------------------
 
@@ -361,8 +264,7 @@ class HttpConnection:
 
     @property
     def label(self) -> str:
-        parts = urlsplit(self._url)
-        return parts._replace(query="", fragment="").geturl()
+        return self._http.label
 
     @property
     def max_message_size(self) -> int:
@@ -397,14 +299,12 @@ class HttpConnection:
                     and not self._session_gone:
                 with trio.move_on_after(min(self._settings.ack_timeout, STOP_GRACE)):
                     try:
-                        sent = await self._auth.authorization(self._url) if self._auth is not None else None
-                        headers = [*self._legacy_headers(), *([("Authorization", sent)] if sent else [])]
-                        response = await self._client.delete(self._url, headers=headers, timeout=self._ack_timeout)
-                        log.debug("%s: DELETE of the session answered %d", self._name, response.status_code)
+                        status = await self._http.delete(self._legacy_headers())
+                        log.debug("%s: DELETE of the session answered %d", self._name, status)
                     except (httpx.HTTPError, WardenError) as exc:
                         log.debug("%s: DELETE of the session failed: %s", self._name, exc)
             with trio.move_on_after(5):
-                await self._client.aclose()
+                await self._http.aclose()
 
     # -- Channel ------------------------------------------------------------------------------------------------
 
@@ -484,174 +384,6 @@ class HttpConnection:
     def _post_url(self) -> str:
         return self._endpoint if self._transport is _Transport.SSE and self._endpoint else self._url
 
-    @contextlib.asynccontextmanager
-    async def _open(self, method: str, url: str, headers: Sequence[tuple[str, str]], body: bytes | None = None,
-                    *, timeout: httpx.Timeout | None = None) -> AsyncIterator[httpx.Response]:
-        """One HTTP exchange, following 307/308 within the origin; the response is closed on exit.
-
-        Raises:
-            UpstreamError: the exchange failed (mapped from httpx), or a redirect leads to another origin.
-        """
-        extra = list(headers)
-        if body is not None:
-            extra.append(("Content-Type", "application/json"))
-        redirects = auth_retries = 0
-        while True:
-            sent = await self._auth.authorization(url) if self._auth is not None else None
-            request = self._client.build_request(method, url, headers=extra if sent is None else
-                                                 [*extra, ("Authorization", sent)], content=body,
-                                                 timeout=timeout or httpx.USE_CLIENT_DEFAULT)
-            try:
-                response = await self._client.send(request, stream=True)
-            except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                raise map_http_error(exc, url) from exc
-            if self._auth is not None and response.status_code in (401, 403):
-                try:
-                    again = auth_retries < MAX_AUTH_RETRIES and await self._auth.challenged(
-                        response.status_code, response.headers.get_list("www-authenticate"), sent)
-                except BaseException:
-                    await self._close(response)
-                    raise
-                if again:
-                    auth_retries += 1
-                    await self._close(response)
-                    continue
-            elif self._auth is not None and sent is not None:
-                self._auth.accepted(sent)
-            if response.status_code in (307, 308):
-                location = response.headers.get("location")
-                await self._close(response)
-                redirects += 1
-                if redirects > MAX_REDIRECTS:
-                    raise _Unanswered(f"more than {MAX_REDIRECTS} redirects from {self.label}")
-                try:
-                    url = redirect_target(url, location)
-                except RemoteProtocolError as exc:
-                    raise _Unanswered(exc.message, response.status_code) from exc
-                continue
-            try:
-                yield response
-            finally:
-                await self._close(response)
-            return
-
-    async def _close(self, response: httpx.Response) -> None:
-        with trio.CancelScope(shield=True), trio.move_on_after(1.0):
-            await response.aclose()
-
-    async def _read_body(self, response: httpx.Response, limit: int, *, truncate: bool = False) -> bytes:
-        """The whole body, read up to ``limit`` bytes; with ``truncate``, its first ``limit`` bytes.
-
-        Raises:
-            _Unanswered: (without ``truncate``) the body is larger than ``limit``; the rest is never read.
-            UpstreamError: the connection failed while reading (mapped from httpx).
-        """
-        declared = response.headers.get("content-length")
-        if not truncate and declared is not None and declared.isdigit() and int(declared) > limit:
-            raise _Unanswered(f"the server's answer ({declared} bytes) exceeds the {limit}-byte message limit",
-                              response.status_code)
-        buffer = bytearray()
-        try:
-            async for chunk in response.aiter_raw():
-                buffer += chunk
-                if len(buffer) > limit:
-                    if truncate:
-                        return bytes(buffer[:limit])
-                    raise _Unanswered(f"the server's answer exceeds the {limit}-byte message limit",
-                                      response.status_code)
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            raise map_http_error(exc, self.label) from exc
-        return bytes(buffer)
-
-    def _check_encoding(self, response: httpx.Response) -> str | None:
-        encoding = response.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("", "identity"):
-            return None
-        return f"the server sent a {encoding!r}-encoded answer although warden asked for identity"
-
-    async def _exchange(self, url: str, headers: Sequence[tuple[str, str]], body: bytes, *, expect: bytes,
-                        carried_session: bool, deliver: bool = True) -> _Outcome:
-        """POST one request and read its answer until the response to ``expect`` arrives.
-
-        Notifications and server requests on a response stream are delivered as they come (unless ``deliver`` is
-        off, for warden's own requests). Transport failures before the answer started raise; failures after it
-        started are a :class:`_Broken` outcome (the caller resumes or re-issues).
-
-        Raises:
-            UpstreamError: the exchange could not start (mapped from httpx), including a refused redirect.
-            _Unanswered: the answer is not a JSON-RPC answer (wrong type, too large, compressed, hostile stream).
-        """
-        async with self._open("POST", url, headers, body) as response:
-            return await self._read_answer(response, expect=expect, carried_session=carried_session,
-                                           deliver=deliver)
-
-    async def _read_answer(self, response: httpx.Response, *, expect: bytes, carried_session: bool,
-                           deliver: bool) -> _Outcome:
-        status = response.status_code
-        kind = classify(status, response.headers.get("content-type"), carried_session=carried_session)
-        if kind is AnswerKind.SESSION_LOST:
-            return _SessionLost(status)
-        if kind is AnswerKind.ACCEPTED:
-            return _Accepted(status, response.headers)
-        problem = self._check_encoding(response)
-        if problem is not None:
-            raise _Unanswered(problem, status)
-        if kind is AnswerKind.EVENT_STREAM:
-            return await self._read_stream(response, expect=expect, deliver=deliver)
-        json_body = kind is AnswerKind.JSON
-        try:
-            body = await self._read_body(response, self._settings.max_message_size if json_body
-                                         else ERROR_SNIPPET_BYTES, truncate=not json_body)
-        except _Unanswered:
-            raise
-        except UpstreamError as exc:
-            return _Broken(f"the answer broke off: {exc.message}")
-        if json_body:
-            return _Final(request_outcome(expect, status, body), status, response.headers)
-        raise _Unanswered(f"HTTP {status} ({response.headers.get('content-type') or 'no content type'})", status,
-                          body)
-
-    async def _read_stream(self, response: httpx.Response, *, expect: bytes | None, deliver: bool = True,
-                           endpoint: list[str] | None = None,
-                           task_status: trio.TaskStatus[str] | None = None) -> _Outcome:
-        """Read an event stream: deliver what it carries, return at the response to ``expect`` or at its end.
-
-        ``endpoint``/``task_status`` serve the HTTP+SSE transport: its ``endpoint`` event is resolved and passed to
-        ``task_status.started``. A stream that breaks a bound or the format ends the exchange with
-        :class:`_Unanswered` (it is never resynchronised or resumed).
-        """
-        parser = SSEParser(max_event_size=self._settings.max_message_size + 64 * 1024)
-        status = response.status_code
-        try:
-            async for chunk in response.aiter_raw():
-                batch: list[Message] = []
-                for event in parser.feed(chunk):
-                    if event.event == "endpoint" and task_status is not None and endpoint is not None:
-                        if endpoint:
-                            continue  # announced once; a second announcement is ignored
-                        endpoint.append(resolve_endpoint(self._url, event.data))
-                        task_status.started(endpoint[0])
-                        continue
-                    if event.event != "message" or not event.data.strip():
-                        continue  # priming events (id and retry only) and unknown event types
-                    message = parse_message(event.data.encode("utf-8"))
-                    if expect is not None and isinstance(message, Response | ErrorResponse) \
-                            and message.id == expect:
-                        if deliver:
-                            await self._deliver(batch)
-                        return _Final(message, status, response.headers)
-                    batch.append(message)
-                if deliver:
-                    await self._deliver(batch)
-        except (SSEError, RemoteProtocolError) as exc:
-            raise _Unanswered(f"the server's event stream is unusable: {exc.message}", status) from exc
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            return _Broken(f"the event stream broke: {map_http_error(exc, self.label).message}",
-                           parser.last_event_id, parser.retry)
-        parser.close()
-        return _Broken("the event stream ended before the response", parser.last_event_id, parser.retry)
-
-    # -- requests -----------------------------------------------------------------------------------------------
 
     def _start_flight(self, request: Request) -> None:
         assert self._nursery is not None
@@ -674,7 +406,7 @@ class HttpConnection:
                         await self._initialize(flight)
                     else:
                         await self._legacy(flight)
-                except _Unanswered as exc:
+                except Unanswered as exc:
                     # The era probe expects a legacy server to answer server/discover with anything: not a warning.
                     level = logging.INFO if request.method == "server/discover" else logging.WARNING
                     log.log(level, "%s: %s: %s", self._name, request.method, exc.message)
@@ -702,12 +434,12 @@ class HttpConnection:
             headers = request_headers(request.method, params, tool=tool)
             body = encode_request(wire_id, request.method, request.params)
             try:
-                outcome = await self._exchange(self._url, headers, body, expect=wire_id, carried_session=False)
+                outcome = await self._http.post(self._url, headers, body, expect=wire_id, carried_session=False)
             except UpstreamError as exc:
-                if isinstance(exc, _Unanswered):
+                if isinstance(exc, Unanswered):
                     raise
-                outcome = _Broken(exc.message)
-            if isinstance(outcome, _Broken):
+                outcome = Broken(exc.message)
+            if isinstance(outcome, Broken):
                 if reissued:
                     raise UpstreamClosed(f"{request.method}: {outcome.reason} (also after re-issuing it)")
                 reissued = True
@@ -715,8 +447,8 @@ class HttpConnection:
                 log.info("%s: %s: %s; re-issuing it as id %s (HM18)", self._name, request.method, outcome.reason,
                          wire_id.decode())
                 continue
-            if not isinstance(outcome, _Final):
-                raise _Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
+            if not isinstance(outcome, Answered):
+                raise Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
             message = outcome.message
             if (isinstance(message, ErrorResponse) and message.code == HEADER_MISMATCH
                     and request.method == "tools/call" and not relisted):
@@ -724,7 +456,7 @@ class HttpConnection:
                 log.info("%s: tools/call answered -32020 (%s); re-listing tools and retrying once (HM16)",
                          self._name, message.message[:200])
                 await self._relist(params)
-                found = self._known_tool(params.get("name"))
+                found = self._screen.known(params.get("name"))
                 if isinstance(found, str):
                     await self._deliver([_local_error(request.id, INVALID_PARAMS, found)])
                     return
@@ -733,62 +465,24 @@ class HttpConnection:
                 continue
             message = _rebind(message, request.id)
             if request.method == "tools/list" and isinstance(message, Response):
-                message = self._screen_tools(message)
+                message = self._screened(message)
             await self._deliver([message])
             return
 
-    def _known_tool(self, name: object) -> ToolHeaders | str | None:
-        """The checked definition of a listed tool, the reason it cannot be called, or None if never listed."""
-        if not isinstance(name, str):
-            return None
-        problem = self._excluded.get(name)
-        if problem is not None:
-            return (f"tool {name!r} is excluded: its x-mcp-header annotations are invalid ({problem}); "
-                    "warden does not call it over HTTP")
-        return self._tools.get(name)
-
     async def _tool_for_call(self, params: Mapping[str, Any]) -> ToolHeaders | str | None:
         name = params.get("name")
-        found = self._known_tool(name)
-        if found is None and isinstance(name, str) and name not in self._unlisted:
+        if self._screen.worth_listing_for(name):
+            assert isinstance(name, str)
             await self._relist(params)
-            found = self._known_tool(name)
-            if found is None:
-                self._unlisted.add(name)
-        return found
+            if self._screen.known(name) is None:
+                self._screen.not_listed(name)
+        return self._screen.known(name)
 
-    def _screen_tools(self, response: Response) -> Response:
-        """HM11: drop every tool with invalid ``x-mcp-header`` annotations from a ``tools/list`` page (a warning
-        names each, with the reason); remember the valid ones' headers. An untouched page is passed on as is."""
-        try:
-            result = decode_object(response.result)
-        except (msgspec.DecodeError, TypeError):
-            return response
-        tools = result.get("tools")
-        if not isinstance(tools, list):
-            return response
-        self._unlisted.clear()
-        kept: list[Any] = []
-        for tool in tools:
-            name = tool.get("name") if isinstance(tool, dict) else None
-            if not isinstance(name, str):
-                kept.append(tool)
-                continue
-            checked = check_tool_headers(tool)
-            if checked.problem is None:
-                self._tools[name] = checked
-                self._excluded.pop(name, None)
-                kept.append(tool)
-            else:
-                if name not in self._excluded:
-                    log.warning("%s: tool %r excluded: %s", self._name, name, checked.problem)
-                self._excluded[name] = checked.problem
-                self._tools.pop(name, None)
-        if len(kept) == len(tools):
-            return response
-        result["tools"] = kept
-        screened = parse_message(encode_result(response.id, encode_json(result)))
-        assert isinstance(screened, Response)
+    def _screened(self, response: Response) -> Response:
+        """HM11: a ``tools/list`` page without the tools warden cannot call (a warning names each, once)."""
+        screened, excluded = self._screen.screen(response)
+        for name, problem in excluded:
+            log.warning("%s: tool %r excluded: %s", self._name, name, problem)
         return screened
 
     async def _relist(self, call_params: Mapping[str, Any]) -> None:
@@ -804,17 +498,17 @@ class HttpConnection:
             params = pager.params({"_meta": own_meta})
             wire_id = self._next_wire_id()
             try:
-                outcome = await self._exchange(
+                outcome = await self._http.post(
                     self._url, request_headers("tools/list", params), encode_request(wire_id, "tools/list",
                                                                                      encode_json(params)),
                     expect=wire_id, carried_session=False, deliver=False)
             except UpstreamError as exc:
                 log.warning("%s: listing tools for header checks failed: %s", self._name, exc.message)
                 return
-            if not isinstance(outcome, _Final) or not isinstance(outcome.message, Response):
+            if not isinstance(outcome, Answered) or not isinstance(outcome.message, Response):
                 log.warning("%s: listing tools for header checks got no list", self._name)
                 return
-            self._screen_tools(outcome.message)
+            self._screened(outcome.message)
             try:
                 if pager.add(decode_object(outcome.message.result), len(outcome.message.result)):
                     return
@@ -839,13 +533,13 @@ class HttpConnection:
                 await self._post_to_endpoint(request)
                 return
         try:
-            outcome = await self._exchange(self._url, [], request.raw, expect=request.id, carried_session=False)
-        except _Unanswered as exc:
+            outcome = await self._http.post(self._url, [], request.raw, expect=request.id, carried_session=False)
+        except Unanswered as exc:
             if exc.status is None or not falls_back_to_sse(exc.status) or not await self._try_sse_transport(exc.status):
                 raise
             await self._post_to_endpoint(request)
             return
-        if isinstance(outcome, _Final):
+        if isinstance(outcome, Answered):
             if isinstance(outcome.message, ErrorResponse) and falls_back_to_sse(outcome.status) \
                     and await self._try_sse_transport(outcome.status):
                 await self._post_to_endpoint(request)
@@ -885,18 +579,18 @@ class HttpConnection:
             await self._post_to_endpoint(request)
             return
         carried = self._session_id is not None
-        outcome = await self._exchange(self._url, self._legacy_headers(), request.raw, expect=request.id,
+        outcome = await self._http.post(self._url, self._legacy_headers(), request.raw, expect=request.id,
                                        carried_session=carried)
         await self._finish_legacy(flight, outcome)
 
-    async def _finish_legacy(self, flight: _Flight, outcome: _Outcome) -> None:
+    async def _finish_legacy(self, flight: _Flight, outcome: Outcome) -> None:
         request = flight.request
-        if isinstance(outcome, _Final):
+        if isinstance(outcome, Answered):
             await self._deliver([outcome.message])
-        elif isinstance(outcome, _SessionLost):
+        elif isinstance(outcome, SessionLost):
             self._session_lost(request.method)
-        elif isinstance(outcome, _Accepted):
-            raise _Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
+        elif isinstance(outcome, Accepted):
+            raise Unanswered(f"HTTP {outcome.status} to a request, without an answer", outcome.status)
         else:
             await self._resume(flight, outcome)
 
@@ -906,7 +600,7 @@ class HttpConnection:
                     self._name, what, self._session_id)
         self._end("the server ended the session (HTTP 404); warden starts a new one")
 
-    async def _resume(self, flight: _Flight, broken: _Broken) -> None:
+    async def _resume(self, flight: _Flight, broken: Broken) -> None:
         """HL11 / SEP-1699: a response stream that ended early is resumed by GET with ``Last-Event-ID`` after the
         server's ``retry``, as often as it keeps ending without the response (bounded)."""
         request = flight.request
@@ -916,25 +610,25 @@ class HttpConnection:
             await trio.sleep(resume_delay(broken.retry))
             headers = [*self._legacy_headers(), ("Accept", "text/event-stream"),
                        (LAST_EVENT_ID_HEADER, broken.last_event_id)]
-            async with self._open("GET", self._url, headers) as response:
+            async with self._http.open("GET", self._url, headers) as response:
                 kind = classify(response.status_code, response.headers.get("content-type"),
                                 carried_session=self._session_id is not None)
                 if kind is AnswerKind.SESSION_LOST:
                     self._session_lost(f"the resumption of {request.method}")
                     return
                 if kind is not AnswerKind.EVENT_STREAM:
-                    broken = _Broken(f"resuming it answered HTTP {response.status_code}")
+                    broken = Broken(f"resuming it answered HTTP {response.status_code}")
                     break
-                problem = self._check_encoding(response)
+                problem = encoding_problem(response)
                 if problem is not None:
-                    broken = _Broken(f"resuming it: {problem}")
+                    broken = Broken(f"resuming it: {problem}")
                     break
-                outcome = await self._read_stream(response, expect=request.id)
-            if isinstance(outcome, _Final):
+                outcome = await self._http.read_stream(response, expect=request.id)
+            if isinstance(outcome, Answered):
                 await self._deliver([outcome.message])
                 return
-            assert isinstance(outcome, _Broken)
-            broken = _Broken(outcome.reason, outcome.last_event_id or broken.last_event_id,
+            assert isinstance(outcome, Broken)
+            broken = Broken(outcome.reason, outcome.last_event_id or broken.last_event_id,
                              outcome.retry if outcome.retry is not None else broken.retry)
         raise UpstreamClosed(f"{request.method}: {broken.reason}, and it could not be resumed")
 
@@ -957,35 +651,36 @@ class HttpConnection:
         """SS01/SS03: the HTTP+SSE stream. Raises before ``started`` (no stream, no endpoint); after it, the
         stream's end ends the connection."""
         endpoint: list[str] = []
-        async with self._open("GET", self._url, [("Accept", "text/event-stream")]) as response:
+        async with self._http.open("GET", self._url, [("Accept", "text/event-stream")]) as response:
             kind = classify(response.status_code, response.headers.get("content-type"), carried_session=False)
             if kind is not AnswerKind.EVENT_STREAM:
                 raise UpstreamClosed(f"GET {self.label} answered HTTP {response.status_code} "
                                      f"({response.headers.get('content-type') or 'no content type'}), not an "
                                      "event stream")
-            problem = self._check_encoding(response)
+            problem = encoding_problem(response)
             if problem is not None:
                 raise UpstreamClosed(problem)
             try:
-                outcome = await self._read_stream(response, expect=None, endpoint=endpoint, task_status=task_status)
-            except _Unanswered as exc:
+                outcome = await self._http.read_stream(response, expect=None, endpoint=endpoint,
+                                                       task_status=task_status)
+            except Unanswered as exc:
                 if not endpoint:
                     raise
-                outcome = _Broken(exc.message)
+                outcome = Broken(exc.message)
         if not endpoint:
             raise UpstreamClosed(f"the HTTP+SSE stream of {self.label} ended without an endpoint event")
-        reason = outcome.reason if isinstance(outcome, _Broken) else "it ended"
+        reason = outcome.reason if isinstance(outcome, Broken) else "it ended"
         self._end(f"the server's HTTP+SSE stream closed ({reason})")
 
     async def _post_to_endpoint(self, request: Request) -> None:
         """SS02: POST to the announced endpoint; the answer comes on the stream (a direct JSON answer counts too)."""
         assert self._endpoint is not None
-        async with self._open("POST", self._endpoint, self._legacy_headers(), request.raw) as response:
+        async with self._http.open("POST", self._endpoint, self._legacy_headers(), request.raw) as response:
             kind = classify(response.status_code, response.headers.get("content-type"), carried_session=False)
             if 200 <= response.status_code < 300 and kind is AnswerKind.FAILURE:
                 return  # "Accepted" as text, say: the answer comes on the stream
-            outcome = await self._read_answer(response, expect=request.id, carried_session=False, deliver=True)
-        if isinstance(outcome, _Final):
+            outcome = await self._http.read_answer(response, expect=request.id, carried_session=False, deliver=True)
+        if isinstance(outcome, Answered):
             await self._deliver([outcome.message])
 
     # -- notifications and answers ------------------------------------------------------------------------------
@@ -1030,7 +725,8 @@ class HttpConnection:
         nothing waits for them."""
         url = self._post_url()
         try:
-            async with self._open("POST", url, self._legacy_headers(), raw, timeout=self._ack_timeout) as response:
+            async with self._http.open("POST", url, self._legacy_headers(), raw,
+                                       timeout=self._http.ack_timeout) as response:
                 kind = classify(response.status_code, response.headers.get("content-type"),
                                 carried_session=self._session_id is not None)
                 if kind is AnswerKind.SESSION_LOST:
@@ -1058,21 +754,21 @@ class HttpConnection:
             if last_event_id:
                 headers.append((LAST_EVENT_ID_HEADER, last_event_id))
             try:
-                async with self._open("GET", self._url, headers) as response:
+                async with self._http.open("GET", self._url, headers) as response:
                     kind = classify(response.status_code, response.headers.get("content-type"),
                                     carried_session=self._session_id is not None)
                     if kind is AnswerKind.SESSION_LOST:
                         self._session_lost("the GET stream")
                         return
-                    if kind is not AnswerKind.EVENT_STREAM or self._check_encoding(response) is not None:
+                    if kind is not AnswerKind.EVENT_STREAM or encoding_problem(response) is not None:
                         log.debug("%s: no GET stream (HTTP %d)", self._name, response.status_code)
                         return
-                    outcome = await self._read_stream(response, expect=None)
-            except (UpstreamError, _Unanswered) as exc:
+                    outcome = await self._http.read_stream(response, expect=None)
+            except (UpstreamError, Unanswered) as exc:
                 log.info("%s: the GET stream failed: %s", self._name, exc.message)
                 failures += 1
             else:
-                assert isinstance(outcome, _Broken)
+                assert isinstance(outcome, Broken)
                 if outcome.last_event_id and outcome.last_event_id != last_event_id:
                     failures = 0
                 else:
