@@ -262,7 +262,8 @@ async def test_a_principals_own_process_is_stopped_once_idle_never_mid_call_and_
         with trio.fail_after(20):
             while (status := await solo_status())["calls"] != 2:
                 await trio.sleep(0.2)
-        assert status["principals"] == ["token:alice"]
+        # Its own process again (or, on a slow machine, already stopped again after another idle second):
+        assert status["principals"] in (["token:alice"], [])
         assert len([r for r in audit_records("server.launched") if r["server_name"] == "solo"]) == 2
 
 
