@@ -4,12 +4,21 @@ A test host in its own network namespace (veth to the host namespace, ``tests/eg
 (10 MB) and ``/small``. The client is curl, a separate process, so the proxy's event loop shares nothing with it.
 Modes, interleaved run by run so drift hits them equally:
 
-* ``direct``: curl to the host's address (the floor);
+* ``direct``: curl to the host's address (the ceiling);
+* ``C splice relay``: curl through ``bench/splice_relay.c`` (built here with ``cc``), blocking ``splice(2)``, one
+  thread per direction, no interpreter: the floor of any relay on this machine. What it loses against ``direct``
+  is the relay hop itself (one more TCP connection, one more process on the CPUs), which no proxy can avoid;
+* ``socat``: curl through ``socat`` (read/write copies in C), a common relay, when socat is installed;
 * ``bare relay``: curl through a trio TCP relay with no parsing, no decision and no record (what any relay in
   this process costs: the peer the proxy is held against);
 * ``proxy``: curl through :class:`warden.egress.EgressProxy`, decisions kept in memory;
 * ``proxy+audit``: the same with decisions written to a real audit log (write-ahead: an ``fdatasync`` before
   each connection), as ``warden run`` does.
+
+"vs direct" is the median of the per-round ratios (each round runs every mode once, back to back), so a burst of
+load from elsewhere on the machine hits a ratio's two sides together. "relay CPU" is what the relay process spent
+(user + system, its threads and children included) per 10 MB download; for the in-process modes, less what the
+bench's own loop spends around a direct download. It depends far less on other load than the MB/s columns do.
 
 Usage (root: it creates network namespaces): python bench/egress.py [--runs N] [--small-runs N]
 Target (issue 12): the proxy keeps >= 80 % of direct throughput.
@@ -19,13 +28,17 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
+import resource
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -37,6 +50,7 @@ from warden import audit
 from warden.egress import EgressDecision, EgressProxy, EgressRecorder, EgressRules, EgressTally
 
 PORT = 8080
+SPLICE_RELAY = Path(__file__).resolve().parent / "splice_relay.c"
 
 
 class _MemorySink:
@@ -72,8 +86,42 @@ async def _bare_relay(listener: socket.socket, target: tuple[str, int]) -> None:
     await trio.serve_listeners(one, listeners)
 
 
+def _self_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds of process ``pid``, its threads and its reaped children (socat forks one per connection)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _build_splice_relay(directory: Path) -> Path | None:
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        return None
+    binary = directory / "splice_relay"
+    subprocess.run([compiler, "-O2", "-pthread", "-o", str(binary), str(SPLICE_RELAY)], check=True)
+    return binary
+
+
+async def _wait_listening(port: int) -> None:
+    with trio.fail_after(10):
+        while True:
+            try:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+            except OSError:
+                await trio.sleep(0.01)
+                continue
+            await stream.aclose()
+            return
+
+
 @asynccontextmanager
-async def _proxies(net: NetLab, state_dir: Path) -> AsyncIterator[dict[str, int | None]]:
+async def _relays(net: NetLab, state_dir: Path) -> AsyncIterator[tuple[dict[str, int | None],
+                                                                       dict[str, Callable[[], float]], list[str]]]:
+    """Every mode's proxy port (None: direct), how to read each relay's CPU seconds, and what was left out."""
     subnet = net.server_ip.rsplit(".", 1)[0] + ".0/24"
     rules = EgressRules.parse([f"web.test:{PORT}"], [subnet])
 
@@ -81,17 +129,40 @@ async def _proxies(net: NetLab, state_dir: Path) -> AsyncIterator[dict[str, int 
         await trio.lowlevel.checkpoint()
         return [ipaddress.ip_address(net.server_ip)]
 
+    ports: dict[str, int | None] = {"direct": None}
+    cpu: dict[str, Callable[[], float]] = {"direct": _self_cpu}
+    missing: list[str] = []
     async with audit.open_audit_log(state_dir) as log, trio.open_nursery() as nursery:
-        ports: dict[str, int | None] = {"direct": None}
+        relay = _build_splice_relay(state_dir)
+        if relay is None:
+            missing.append("C splice relay (no cc to build bench/splice_relay.c)")
+        else:
+            listener, ports["C splice relay"] = _listener()
+            process = await nursery.start(partial(trio.run_process, [str(relay), net.server_ip, str(PORT)],
+                                                  stdin=listener.fileno()))
+            listener.close()
+            cpu["C splice relay"] = partial(_process_cpu, process.pid)
+        if shutil.which("socat") is None:
+            missing.append("socat (not installed: apt-get install socat)")
+        else:
+            probe, port = _listener()
+            probe.close()
+            process = await nursery.start(partial(trio.run_process, [
+                "socat", f"TCP-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork", f"TCP:{net.server_ip}:{PORT}"]))
+            await _wait_listening(port)
+            ports["socat"] = port
+            cpu["socat"] = partial(_process_cpu, process.pid)
         bare, ports["bare relay"] = _listener()
+        cpu["bare relay"] = _self_cpu
         nursery.start_soon(_bare_relay, bare, (net.server_ip, PORT))
         recorder = EgressRecorder(log, server_name="bench", server_id=None, policy_digest=None)
         for mode, sink in (("proxy", _MemorySink()), ("proxy+audit", recorder)):
             proxy = EgressProxy(rules, sink, resolver=resolve)
             await nursery.start(proxy.serve)
             listener, ports[mode] = _listener()
+            cpu[mode] = _self_cpu
             proxy.attach(listener)
-        yield ports
+        yield ports, cpu, missing
         nursery.cancel_scope.cancel()
 
 
@@ -111,45 +182,60 @@ def _p99(values: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
+def _load() -> str:
+    return " ".join(f"{load:.2f}" for load in os.getloadavg())
+
+
 async def _main(runs: int, small_runs: int) -> None:
+    load_before = _load()
     with net_lab() as net, tempfile.TemporaryDirectory() as tmp:
         net.start_server(net.server_ip, str(PORT))
         state = Path(tmp) / "state"
         state.mkdir(mode=0o700)
-        async with _proxies(net, state) as ports:
+        async with _relays(net, state) as (ports, cpu, missing):
             for mode, port in ports.items():  # warm-up, and a check that every mode works
                 assert (await _curl(net, port, "/big"))[2] == 10 * 1024 * 1024, mode
             big: dict[str, list[float]] = {m: [] for m in ports}
             flow: dict[str, list[float]] = {m: [] for m in ports}
+            spent: dict[str, float] = dict.fromkeys(ports, 0.0)
             ttfb: dict[str, list[float]] = {m: [] for m in ports}
             for _ in range(runs):
                 for mode, port in ports.items():
+                    before = cpu[mode]()
                     first, total, size = await _curl(net, port, "/big")
+                    spent[mode] += cpu[mode]() - before
                     big[mode].append(size / total / 1e6)
                     flow[mode].append(size / max(total - first, 1e-6) / 1e6)
             for _ in range(small_runs):
                 for mode, port in ports.items():
                     first, _, _ = await _curl(net, port, "/small")
                     ttfb[mode].append(first * 1000)
-    direct_mbps = statistics.median(big["direct"])
-    direct_flow = statistics.median(flow["direct"])
+    loop_cpu = spent["direct"] / runs  # what the bench's own loop spends around one curl
+
+    def paired(values: dict[str, list[float]], mode: str) -> float:
+        return statistics.median(v / d for v, d in zip(values[mode], values["direct"], strict=True))
+
     direct_ttfb = statistics.median(ttfb["direct"])
     print(f"10 MB download ({runs} runs; MB/s over the whole request, and over the body after its first byte) and "
           f"/small time to first byte ({small_runs} runs); curl, test netns; modes interleaved")
-    print("| mode | 10 MB MB/s median | vs direct | body MB/s median | vs direct | TTFB ms median | TTFB ms p99 | "
-          "added TTFB ms |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"load average before: {load_before}; after: {_load()}; {os.cpu_count()} CPUs")
+    print("| mode | 10 MB MB/s median | vs direct | body MB/s median | vs direct | relay CPU ms per 10 MB | "
+          "TTFB ms median | TTFB ms p99 | added TTFB ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for mode in ports:
-        mbps = statistics.median(big[mode])
-        body = statistics.median(flow[mode])
+        own = spent[mode] / runs - (loop_cpu if cpu[mode] is _self_cpu else 0.0)
+        relay_cpu = "" if mode == "direct" else f"{own * 1000:.1f}"
         first = statistics.median(ttfb[mode])
-        print(f"| {mode} | {mbps:.0f} | {mbps / direct_mbps:.0%} | {body:.0f} | {body / direct_flow:.0%} | "
+        print(f"| {mode} | {statistics.median(big[mode]):.0f} | {paired(big, mode):.0%} | "
+              f"{statistics.median(flow[mode]):.0f} | {paired(flow, mode):.0%} | {relay_cpu} | "
               f"{first:.2f} | {_p99(ttfb[mode]):.2f} | {first - direct_ttfb:+.2f} |")
+    for what in missing:
+        print(f"left out: {what}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n", 1)[0])
-    parser.add_argument("--runs", type=int, default=15)
+    parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--small-runs", type=int, default=60)
     args = parser.parse_args()
     if subprocess.run(["id", "-u"], capture_output=True, text=True, check=True).stdout.strip() != "0":
