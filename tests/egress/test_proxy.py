@@ -13,7 +13,7 @@ import trio
 from tests.egress.conftest import HTTP_PORT, TLS_PORT, MemorySink, exchange, running_proxy, static_resolver
 from tests.egress.netns import NetLab
 from warden.audit import AuditLogFailed
-from warden.egress import MAX_REQUEST_LINE, EgressDecision, EgressProxy, EgressRules, ProxyLimits
+from warden.egress import MAX_HEAD, MAX_REQUEST_LINE, EgressDecision, EgressProxy, EgressRules, ProxyLimits
 
 
 def rules_for(net: NetLab) -> EgressRules:
@@ -245,3 +245,55 @@ async def test_warden_s_own_port_is_refused_even_inside_allow_addresses() -> Non
                                   f"{taken} there is warden's own; to allow it: network.allow = "
                                   f'["127.0.0.1:{taken}"]')
     assert [d.allowed for d in sink.decisions] == [True, False]
+
+
+async def test_a_large_body_arrives_whole_and_is_counted(net: NetLab) -> None:
+    """The body after the response head is spliced, never read into Python: it must still arrive byte for byte,
+    and the tally must count the rewritten head plus every body byte."""
+    async with running_proxy(rules_for(net), names_for(net)) as (port, sink):
+        with trio.fail_after(60):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(f"GET http://web.test:{HTTP_PORT}/big HTTP/1.1\r\n\r\n".encode())
+                await stream.send_eof()
+                answer = bytearray()
+                while chunk := await stream.receive_some(1 << 20):
+                    answer += chunk
+    head, body = bytes(answer).split(b"\r\n\r\n", 1)
+    assert head == (b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 10485760\r\n"
+                    b"Connection: close")
+    assert body == b"x" * 10485760
+    [(_, _, tally)] = sink.ends
+    assert (tally.received, tally.error) == (len(answer), None)
+
+
+async def answer_once(listener: trio.SocketListener, answer: bytes) -> None:
+    """A local upstream: read one request head, send ``answer``, close."""
+    async with await listener.accept() as stream:
+        seen = b""
+        while b"\r\n\r\n" not in seen:
+            seen += await stream.receive_some(65536)
+        await stream.send_all(answer)
+
+
+async def test_a_response_head_longer_than_max_head_is_refused() -> None:
+    """Even when it arrives in one piece together with its end (the proxy reads no further than MAX_HEAD + 1)."""
+    [upstream] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    taken = upstream.socket.getsockname()[1]
+    sink = MemorySink()
+    proxy = EgressProxy(EgressRules.parse([f"lo.test:{taken}"], ["127.0.0.0/8"]), sink,
+                        resolver=static_resolver({"lo.test": "127.0.0.1"}))
+    async with upstream, trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        nursery.start_soon(answer_once, upstream, b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * MAX_HEAD + b"\r\n\r\nbody")
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        proxy.attach(listener)
+        answer = await exchange(listener.getsockname()[1], f"GET http://lo.test:{taken}/ HTTP/1.1\r\n\r\n".encode(),
+                                close_after=True)
+        nursery.cancel_scope.cancel()
+    assert status_line(answer) == ("HTTP/1.1 502 warden egress refused: the upstream response head is too large; to "
+                                   "allow it: a well-formed upstream")
+    [(_, _, tally)] = sink.ends
+    assert (tally.received, tally.error) == (0, "the upstream response head is too large")

@@ -468,27 +468,39 @@ class EgressProxy:
             await upstream.send_all(chunk)
             tally.sent += len(chunk)
             remaining -= len(chunk)
-        response = bytearray()
         with trio.move_on_after(self.limits.response_head_timeout) as scope:
-            while (end := response.find(b"\r\n\r\n")) == -1:
-                if len(response) > MAX_HEAD:
-                    raise _Refused(502, Verdict(False, "the upstream response head is too large",
-                                                "a well-formed upstream"))
-                chunk = await upstream.receive_some(_CHUNK)
-                if not chunk:
-                    raise _Refused(502, Verdict(False, "the upstream server closed without a response",
-                                                "a working upstream"))
-                response += chunk
+            response = await _response_head(upstream.socket)
         if scope.cancelled_caught:
             raise _Refused(504, Verdict(False, "the upstream server sent no response in time", "a working upstream"))
         try:
-            rewritten = close_response_head(bytes(response[:end + 4]))
+            rewritten = close_response_head(response)
         except HeadError as exc:
             raise _Refused(502, Verdict(False, exc.reason, "a well-formed upstream")) from exc
-        first = rewritten + bytes(response[end + 4:])
-        await client.stream.send_all(first)
-        tally.received += len(first)
+        await client.stream.send_all(rewritten)
+        tally.received += len(rewritten)
         tally.received += await _pump(upstream, client.stream, half_close=False)
+
+
+async def _response_head(sock: trio.socket.SocketType) -> bytes:
+    """The upstream's response head, read through its blank line and not a byte further. Reads peek first and
+    take only head bytes, so the body stays in the socket for :func:`_pump` to splice: none of it is copied
+    through Python, and the client gets the head without waiting for a large first read of the body.
+
+    Raises:
+        _Refused: the upstream closed before the head was complete, or the head is longer than ``MAX_HEAD``.
+    """
+    head = bytearray()
+    while True:
+        seen = await sock.recv(MAX_HEAD + 1 - len(head), socket.MSG_PEEK)
+        if not seen:
+            raise _Refused(502, Verdict(False, "the upstream server closed without a response", "a working upstream"))
+        end = (head + seen).find(b"\r\n\r\n", max(0, len(head) - 3))
+        size = len(head) + len(seen) if end == -1 else end + 4
+        if size > MAX_HEAD:
+            raise _Refused(502, Verdict(False, "the upstream response head is too large", "a well-formed upstream"))
+        head += await sock.recv(size - len(head))  # the peeked bytes are queued: this takes them at once
+        if end != -1 and len(head) == size:
+            return bytes(head)
 
 
 _SPLICE = 1 << 20
