@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import socket
 import ssl
+import struct
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import pytest
 import trio
@@ -13,7 +16,15 @@ import trio
 from tests.egress.conftest import HTTP_PORT, TLS_PORT, MemorySink, exchange, running_proxy, static_resolver
 from tests.egress.netns import NetLab
 from warden.audit import AuditLogFailed
-from warden.egress import MAX_HEAD, MAX_REQUEST_LINE, EgressDecision, EgressProxy, EgressRules, ProxyLimits
+from warden.egress import (
+    MAX_HEAD,
+    MAX_REQUEST_LINE,
+    Attachment,
+    EgressDecision,
+    EgressProxy,
+    EgressRules,
+    ProxyLimits,
+)
 
 
 def rules_for(net: NetLab) -> EgressRules:
@@ -297,3 +308,56 @@ async def test_a_response_head_longer_than_max_head_is_refused() -> None:
                                    "allow it: a well-formed upstream")
     [(_, _, tally)] = sink.ends
     assert (tally.received, tally.error) == (0, "the upstream response head is too large")
+
+
+@asynccontextmanager
+async def loopback_upstream(serve: Callable[[trio.SocketStream], Awaitable[None]]) -> AsyncIterator[
+        tuple[EgressProxy, Attachment, int, int, MemorySink]]:
+    """A local upstream that runs ``serve`` on its one connection, and a proxy allowed to reach it as
+    ``lo.test``; yields (proxy, its attachment, the proxy's port, the upstream's port, the sink)."""
+    [upstream] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    taken = upstream.socket.getsockname()[1]
+    sink = MemorySink()
+    proxy = EgressProxy(EgressRules.parse([f"lo.test:{taken}"], ["127.0.0.0/8"]), sink,
+                        resolver=static_resolver({"lo.test": "127.0.0.1"}))
+
+    async def serve_once() -> None:
+        async with await upstream.accept() as stream:
+            await serve(stream)
+
+    async with upstream, trio.open_nursery() as nursery:
+        await nursery.start(proxy.serve)
+        nursery.start_soon(serve_once)
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        port = listener.getsockname()[1]
+        attachment = proxy.attach(listener)
+        yield proxy, attachment, port, taken, sink
+        nursery.cancel_scope.cancel()
+
+
+def reset(stream: trio.SocketStream) -> None:
+    """Close with a TCP RST (linger 0), as a client that crashes does."""
+    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    stream.socket.close()
+
+
+async def test_an_upstream_that_resets_before_its_response_is_a_502_and_the_proxy_goes_on() -> None:
+    async def reset_after_request(stream: trio.SocketStream) -> None:
+        seen = b""
+        while b"\r\n\r\n" not in seen:
+            seen += await stream.receive_some(65536)
+        reset(stream)
+
+    with trio.fail_after(60):
+        async with loopback_upstream(reset_after_request) as (_, _, port, taken, sink):
+            answer = await exchange(port, f"GET http://lo.test:{taken}/ HTTP/1.1\r\n\r\n".encode())
+            after = await exchange(port, b"CONNECT lo.test:1 HTTP/1.1\r\n\r\n")
+    assert status_line(answer) == ("HTTP/1.1 502 warden egress refused: the upstream connection failed before a "
+                                   "response (Connection reset by peer); to allow it: a working upstream")
+    [(_, _, tally)] = sink.ends
+    assert (tally.received, tally.error) == (0, "the upstream connection failed before a response (Connection "
+                                                "reset by peer)")
+    assert status_line(after).startswith("HTTP/1.1 403 ")
+

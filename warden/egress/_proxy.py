@@ -487,8 +487,17 @@ async def _response_head(sock: trio.socket.SocketType) -> bytes:
     through Python, and the client gets the head without waiting for a large first read of the body.
 
     Raises:
-        _Refused: the upstream closed before the head was complete, or the head is longer than ``MAX_HEAD``.
+        _Refused: the upstream closed (or reset the connection) before the head was complete, or the head is
+            longer than ``MAX_HEAD``.
     """
+    try:
+        return await _read_response_head(sock)
+    except OSError as exc:  # the raw socket's errors (a SocketStream would have made them BrokenResourceError)
+        raise _Refused(502, Verdict(False, f"the upstream connection failed before a response "
+                                           f"({exc.strerror or exc})", "a working upstream")) from exc
+
+
+async def _read_response_head(sock: trio.socket.SocketType) -> bytes:
     head = bytearray()
     while True:
         seen = await sock.recv(MAX_HEAD + 1 - len(head), socket.MSG_PEEK)
