@@ -4,6 +4,7 @@ decision; no client can hang the proxy."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import ssl
 import struct
@@ -337,10 +338,49 @@ async def loopback_upstream(serve: Callable[[trio.SocketStream], Awaitable[None]
         nursery.cancel_scope.cancel()
 
 
+async def endless(stream: trio.SocketStream) -> None:
+    """An upstream that sends until its connection breaks."""
+    with contextlib.suppress(trio.BrokenResourceError):
+        while True:
+            await stream.send_all(b"y" * 65536)
+
+
+async def read_at_least(stream: trio.SocketStream, size: int) -> int:
+    got = 0
+    while got < size:
+        chunk = await stream.receive_some(1 << 20)
+        assert chunk
+        got += len(chunk)
+    return got
+
+
 def reset(stream: trio.SocketStream) -> None:
     """Close with a TCP RST (linger 0), as a client that crashes does."""
     stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     stream.socket.close()
+
+
+async def test_a_tunnel_reset_half_way_is_counted_and_the_proxy_goes_on() -> None:
+    """A tunnel whose client resets mid-stream ends that tunnel alone (its error is no exception group that would
+    end the proxy), and its record counts every byte the relay delivered before the break."""
+    with trio.fail_after(60):
+        async with loopback_upstream(endless) as (_, _, port, taken, sink):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            connect = f"CONNECT lo.test:{taken} HTTP/1.1\r\n\r\n".encode()
+            hello = client_hello("lo.test")
+            await stream.send_all(connect + hello)
+            established = b"HTTP/1.1 200 Connection established\r\n\r\n"
+            got = await read_at_least(stream, len(established) + (1 << 20)) - len(established)
+            reset(stream)
+            while not sink.ends:
+                await trio.sleep(0.01)
+            after = await exchange(port, b"CONNECT lo.test:1 HTTP/1.1\r\n\r\n")  # the proxy still answers
+    [(_, _, tally)] = sink.ends
+    assert tally.sent == len(hello)
+    assert tally.received >= got
+    assert tally.error is not None
+    assert tally.error.startswith("connection broken: ")
+    assert status_line(after).startswith("HTTP/1.1 403 ")
 
 
 async def test_an_upstream_that_resets_before_its_response_is_a_502_and_the_proxy_goes_on() -> None:
@@ -361,3 +401,28 @@ async def test_an_upstream_that_resets_before_its_response_is_a_502_and_the_prox
                                                 "reset by peer)")
     assert status_line(after).startswith("HTTP/1.1 403 ")
 
+
+async def test_closing_a_sandbox_s_attachment_mid_download_ends_it_and_counts_what_was_relayed() -> None:
+    async def head_then_endless(stream: trio.SocketStream) -> None:
+        seen = b""
+        while b"\r\n\r\n" not in seen:
+            seen += await stream.receive_some(65536)
+        with contextlib.suppress(trio.BrokenResourceError):
+            await stream.send_all(b"HTTP/1.1 200 OK\r\n\r\n")
+            await endless(stream)
+
+    with trio.fail_after(60):
+        async with loopback_upstream(head_then_endless) as (_, attachment, port, taken, sink):
+            stream = await trio.open_tcp_stream("127.0.0.1", port)
+            async with stream:
+                await stream.send_all(f"GET http://lo.test:{taken}/ HTTP/1.1\r\n\r\n".encode())
+                got = await read_at_least(stream, 1 << 20)
+                attachment.close()
+                with contextlib.suppress(trio.BrokenResourceError):  # the proxy ends the connection
+                    while chunk := await stream.receive_some(1 << 20):
+                        got += len(chunk)
+            while not sink.ends:
+                await trio.sleep(0.01)
+    [(_, _, tally)] = sink.ends
+    assert tally.received == got  # the client got exactly what the record says was relayed
+    assert tally.error == "ended by warden before it finished (its sandbox or the proxy stopped)"

@@ -32,6 +32,7 @@ import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Protocol, final
 
 import trio
@@ -331,6 +332,7 @@ class EgressProxy:
                                   request.method)
         index = await self._sink.decided(decision)  # write-ahead: raises (and refuses) if it cannot be recorded
         tally = EgressTally()
+        ended = False
         try:
             upstream = await self._connect(address, request.port)
             if upstream is None:
@@ -343,12 +345,15 @@ class EgressProxy:
                     await self._tunnel(client, request, upstream, tally)
                 else:
                     await self._exchange(client, request, upstream, tally)
+            ended = True
         except _Refused as exc:  # the upstream failed after the decision: answer, and record it as the outcome
             tally.error = exc.verdict.reason
             await self._answer(client.stream, exc.status, exc.verdict, record=False)
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             tally.error = tally.error or f"connection broken: {exc}"
         finally:
+            if not ended and tally.error is None:  # cancelled: its sandbox was detached or the proxy stopped
+                tally.error = "ended by warden before it finished (its sandbox or the proxy stopped)"
             self._sink.closed(decision, index, tally)
 
     async def _connect(self, address: IPAddress, port: int) -> trio.SocketStream | None:
@@ -443,15 +448,19 @@ class EgressProxy:
                                                 "TLS to the allowed name only", request.method))
 
     async def _relay_both(self, client: trio.SocketStream, upstream: trio.SocketStream, tally: EgressTally) -> None:
-        async def out() -> None:
-            tally.sent += await _pump(client, upstream)
-
-        async def back() -> None:
-            tally.received += await _pump(upstream, client)
-
+        """Relay a tunnel both ways. A direction that ends passes its end on and the other goes on; one that breaks
+        ends both, and the tunnel's record says why (the error stays in here: a nursery would wrap it in an
+        exception group, which nothing above expects, and the whole proxy would end with it)."""
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(out)
-            nursery.start_soon(back)
+            async def direction(source: trio.SocketStream, sink: trio.SocketStream, *, sent: bool) -> None:
+                try:
+                    await _pump(source, sink, _counter(tally, sent=sent))
+                except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                    tally.error = tally.error or f"connection broken: {exc}"
+                    nursery.cancel_scope.cancel()
+
+            nursery.start_soon(partial(direction, client, upstream, sent=True))
+            nursery.start_soon(partial(direction, upstream, client, sent=False))
 
     async def _exchange(self, client: _Client, request: ProxyRequest, upstream: trio.SocketStream,
                         tally: EgressTally) -> None:
@@ -478,7 +487,7 @@ class EgressProxy:
             raise _Refused(502, Verdict(False, exc.reason, "a well-formed upstream")) from exc
         await client.stream.send_all(rewritten)
         tally.received += len(rewritten)
-        tally.received += await _pump(upstream, client.stream, half_close=False)
+        await _pump(upstream, client.stream, _counter(tally, sent=False), half_close=False)
 
 
 async def _response_head(sock: trio.socket.SocketType) -> bytes:
@@ -515,15 +524,29 @@ async def _read_response_head(sock: trio.socket.SocketType) -> bytes:
 _SPLICE = 1 << 20
 
 
-async def _pump(source: trio.SocketStream, sink: trio.SocketStream, *, half_close: bool = True) -> int:
-    """Move bytes from ``source`` to ``sink`` until ``source`` ends; returns how many. The bytes go through a pipe
-    with ``splice(2)``, so they never enter Python (the relay keeps up with the link instead of the interpreter).
-    ``half_close``: pass the end on (``shutdown(SHUT_WR)``), so each direction of a tunnel ends on its own."""
+def _counter(tally: EgressTally, *, sent: bool) -> Callable[[int], None]:
+    """What :func:`_pump` calls with each count of bytes it delivered: ``tally.sent`` or ``tally.received``."""
+    def count(moved: int) -> None:
+        if sent:
+            tally.sent += moved
+        else:
+            tally.received += moved
+    return count
+
+
+async def _pump(source: trio.SocketStream, sink: trio.SocketStream, count: Callable[[int], None], *,
+                half_close: bool = True) -> None:
+    """Move bytes from ``source`` to ``sink`` until ``source`` ends. The bytes go through a pipe with ``splice(2)``,
+    so they never enter Python (the relay keeps up with the link instead of the interpreter). ``count`` gets each
+    batch as it is delivered, so a relay that breaks or is cancelled half-way still has every byte it moved on
+    record. ``half_close``: pass the end on (``shutdown(SHUT_WR)``), so each direction of a tunnel ends on its own."""
     src, dst = source.socket, sink.socket
-    pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        pipe_r, pipe_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:  # out of descriptors: this connection ends, the proxy goes on
+        raise trio.BrokenResourceError(f"no pipe for the relay: {exc.strerror}") from exc
     with contextlib.suppress(OSError):  # a 1 MiB pipe (fs.pipe-max-size's default): 16x fewer splices than 64 KiB
         fcntl.fcntl(pipe_w, fcntl.F_SETPIPE_SZ, _SPLICE)
-    total = 0
     try:
         while True:
             try:
@@ -544,7 +567,7 @@ async def _pump(source: trio.SocketStream, sink: trio.SocketStream, *, half_clos
                 except OSError as exc:
                     raise trio.BrokenResourceError(f"write failed: {exc.strerror}") from exc
                 moved -= sent
-                total += sent
+                count(sent)
             await trio.lowlevel.checkpoint_if_cancelled()
     finally:
         os.close(pipe_r)
@@ -552,7 +575,6 @@ async def _pump(source: trio.SocketStream, sink: trio.SocketStream, *, half_clos
     if half_close:
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
-    return total
 
 
 @final
