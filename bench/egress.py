@@ -243,6 +243,12 @@ async def _main(runs: int, small_runs: int, only: set[str] | None) -> None:
         print(f"| {mode} | {statistics.median(big[mode]):.0f} | {paired(big, mode):.0%} | {vs_floor} | "
               f"{statistics.median(flow[mode]):.0f} | {paired(flow, mode):.0%} | {relay_cpu} | "
               f"{first:.2f} | {_p99(ttfb[mode]):.2f} | {first - direct_ttfb:+.2f} |")
+    verdicts = [f"{mode} {paired(big, mode):.0%} ({'met' if paired(big, mode) >= 0.8 else 'not met'})"
+                for mode in ("proxy", "proxy+audit", TUNNEL) if mode in big]
+    if floor is not None:
+        verdicts.append(f"for comparison, the C splice relay {paired(big, floor):.0%}")
+    if verdicts:
+        print(f"target, a 10 MB download >= 80 % of direct: {'; '.join(verdicts)}")
     for what in missing:
         print(f"left out: {what}")
 
