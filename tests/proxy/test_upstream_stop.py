@@ -58,3 +58,24 @@ async def test_a_request_waiting_on_an_upstream_stopped_for_good_ends_at_once(
     assert message == "the server 'gone' was stopped by warden"
     with pytest.raises(UpstreamClosed):
         await upstream.request("tools/list", {})
+
+
+async def test_a_server_that_ends_before_answering_initialize_is_restarted_until_it_is_marked_failed(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """``command = "/bin/false"`` behind ``warden serve`` was marked failed at once, "initialize failed: the
+    server exited" (warden's own answer to a request the dead process left, taken for the server refusing the
+    protocol): a server that crashes once while starting was never started again. Now an end before the answer
+    is a crash like any other: restarted with backoff, marked failed only past ``max_restarts`` quick ends."""
+    upstream = Upstream(name="false", connector=MemoryConnector(crashes_at_once),
+                        handler=_NoHandler(),  # type: ignore[arg-type]
+                        options=UpstreamOptions(max_restarts=2, restart_backoff=1.0))
+    upstream.set_legacy_capabilities({})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(upstream.run)
+        with trio.fail_after(300):
+            while upstream.state != "failed":
+                await trio.sleep(0.5)
+        nursery.cancel_scope.cancel()
+    assert upstream.restarts == 2
+    assert upstream.last_error is not None
+    assert "ended 3 times in a row" in upstream.last_error

@@ -948,7 +948,8 @@ class Upstream:
         host may be asked, check the answer, ``notifications/initialized``.
 
         Raises:
-            UpstreamClosed: no answer in time (``initialize`` is never cancelled: the process is closed instead).
+            UpstreamClosed: no answer in time (``initialize`` is never cancelled: the process is closed instead),
+                or the process ended before it answered (restarted as any crash is, never taken for a refusal).
             IncompatibleServer: refused or answered with a version warden cannot speak (``_ModernOnly`` when the
                 refusal lists only 2026 versions).
         """
@@ -961,6 +962,9 @@ class Upstream:
             # LC09: never cancel initialize; close the connection instead (the caller stops the process).
             raise UpstreamClosed(f"{self.name}: no answer to initialize; closing the server") from exc
         if not reply.ok:
+            if reply.code == CONNECTION_CLOSED and session.closed.is_set():  # it ended before answering: a crash
+                raise UpstreamClosed(f"{self.name}: the server ended before it answered initialize "
+                                     f"({session.close_reason})")
             data = reply.error_data()
             supported = data.get("supported") if isinstance(data, dict) else None
             message = f"{self.name}: initialize failed: {reply.message} (code {reply.code})"
