@@ -377,3 +377,21 @@ def test_import_serve_refuses_what_one_serve_entry_cannot_carry(home: Path, isol
     assert "\\n" not in r.stderr
     assert TOKEN not in r.stdout + r.stderr
     assert snapshot(home) == before
+
+
+def test_import_serve_refuses_a_name_that_holds_the_namespace_separator(home: Path, isolated_env: Path) -> None:
+    """An entry named ``my__time`` was imported under ``--serve``; ``warden policy check`` passed it, and the one
+    entry the host then had refused to start (``holds the namespace separator``): every server in the file was
+    lost. Now the import says so, names the entry and how to leave it out, and writes nothing."""
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"mcpServers": {"my__time": {"command": "uvx", "args": ["mcp-server-time"]},
+                                               "time": {"command": "uvx", "args": ["mcp-server-time"]}}}))
+    before = snapshot(home)
+    r = warden(home, "import", "--serve", str(path))
+    assert r.returncode == 2, r.stderr
+    assert "`warden serve` would refuse these servers as imported" in r.stderr
+    assert "mcpServers.my__time: server name 'my__time' holds the namespace separator '__'" in r.stderr
+    assert "--only NAME" in r.stderr
+    assert snapshot(home) == before
+    assert warden(home, "import", "--serve", "--only", "time", str(path)).returncode == 0

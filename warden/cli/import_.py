@@ -22,6 +22,7 @@ from warden.cli._common import CommandContext, print_error
 from warden.cli.policy import launch_problems
 from warden.errors import ConfigError
 from warden.escape import for_terminal
+from warden.gateway.hub import DEFAULT_SEPARATOR, check_server_names
 from warden.hostconfig import (
     HOSTS,
     HostFile,
@@ -139,7 +140,7 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                           existing_servers=existing, warden_argv=_warden_argv(ctx),
                           home=str(Path(ctx.env.get("HOME") or Path.home())), existing_secret=existing_secret,
                           only=args.only, serve=args.serve)
-        _check_like_run(ctx, plan, store)
+        _check_like_run(ctx, plan, store, serve=args.serve)
     except ConfigError as exc:  # one problem per line (an error line is one line: each is escaped on its own)
         head, *problems = exc.message.split("\n")
         for problem in problems:
@@ -161,9 +162,11 @@ def _plan_values(plan: ImportPlan) -> list[str]:
     return [value for s in plan.servers for value in s.secrets.values()]
 
 
-def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore) -> None:
+def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore, *, serve: bool) -> None:
     """Load the config the import would write and apply to each imported server every check ``warden run``
-    applies before a launch (:func:`warden.cli.policy.launch_problems`, shared with ``warden policy check``).
+    applies before a launch (:func:`warden.cli.policy.launch_problems`, shared with ``warden policy check``),
+    and with ``serve``, the names ``warden serve`` takes (:func:`check_server_names`: a name that holds the
+    namespace separator would make the one entry the host gets refuse to start, every server with it).
 
     Raises:
         ConfigError: the config would not load, or a server would be refused; nothing was written.
@@ -173,8 +176,14 @@ def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore) -
     secret_names = {*store.names(), *(name for s in plan.servers for name in s.secrets)}
     problems = [f"{s.source}: {s.entry.label}: {p}" for s in plan.servers
                 for p in launch_problems(policy.server(s.name), state_dir=ctx.state_dir, secret_names=secret_names)]
+    for s in plan.servers if serve else ():
+        try:
+            check_server_names([s.name], DEFAULT_SEPARATOR)
+        except ConfigError as exc:
+            problems.append(f"{s.source}: {s.entry.label}: {exc.message} (rename the entry in its host file)")
     if problems:
-        raise ConfigError(f"{len(problems)} problem(s); `warden run` would refuse these servers as imported, so "
+        runner = "`warden serve`" if serve else "`warden run`"
+        raise ConfigError(f"{len(problems)} problem(s); {runner} would refuse these servers as imported, so "
                           "nothing was imported or written:\n  " + "\n  ".join(problems),
-                          hint="fix the entries named above (or the org policy), then run the same `warden import` "
-                               "with --dry-run again")
+                          hint="fix the entries named above (or the org policy), or leave them out with --only "
+                               "NAME for each of the others; then run the same `warden import` with --dry-run again")
