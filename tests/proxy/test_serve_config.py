@@ -216,3 +216,50 @@ async def test_a_legacy_session_that_keeps_ending_is_not_started_again(trusting:
             host.process.kill()
     lanes = [r for r in audit_records("server.launched") if "legacy session for legacy hosts" in r.get("target", "")]
     assert len(lanes) == 2, lanes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a root-owned write dir is refused only when warden runs as root")
+async def test_reload_refuses_what_policy_check_refuses_and_starts_a_failed_server_again(trusting: Path,
+                                                                                        tmp_path: Path) -> None:
+    """Found by a new user: a reload took a ``write_dirs`` entry that does not exist (``warden policy check``
+    refuses it) and replaced a working server by a refused one; and a server refused at start (its write dir
+    belonged to root) stayed failed after the cause was fixed and SIGHUP sent ("nothing changed"). Now a reload
+    refuses what ``policy check`` refuses, the old server keeps answering, and a reload starts a failed server
+    again."""
+    from warden.sandbox._uids import SANDBOX_GID
+
+    owned_by_root = tmp_path / "rootdir"
+    owned_by_root.mkdir()
+    good = (table("fine") + table("blocked")
+            + f"[servers.blocked.sandbox]\nwrite_dirs = [{json.dumps(str(owned_by_root))}]\n")
+    with trusting.open("a") as config:
+        config.write(good)
+    base = trusting.read_text()
+    host = await RawHost.start([WARDEN, "serve", "--eager"], env=os.environ)
+    try:
+        await host.initialize()
+        blocked = await host.call(1, "blocked__echo", {"text": "x"}, timeout=60)
+        assert "belongs to root" in json.dumps(blocked), blocked
+        trusting.write_text(base + f"[servers.fine.sandbox]\nwrite_dirs = [{json.dumps(str(tmp_path / 'nope'))}]\n")
+        with trio.fail_after(30):
+            while not audit_records("config.reloaded"):
+                await trio.sleep(0.2)
+        refused = audit_records("config.reloaded")[-1]
+        assert refused["error"].startswith("fine: "), refused
+        assert "does not exist" in refused["error"]
+        assert (await host.call(2, "fine__echo", {"text": "still"}))["result"]["content"][0]["text"] == "still"
+
+        os.chown(owned_by_root, -1, SANDBOX_GID)  # the fix the refusal names
+        owned_by_root.chmod(0o2775)
+        trusting.write_text(base)
+        os.kill(host.process.pid, signal.SIGHUP)
+        with trio.fail_after(30):
+            while len(audit_records("config.reloaded")) < 2:
+                await trio.sleep(0.2)
+        assert audit_records("config.reloaded")[-1]["reason"] == "failed before, started again: blocked"
+        answer = await host.call(3, "blocked__echo", {"text": "back"}, timeout=60)
+        assert answer["result"]["content"][0]["text"] == "back", answer
+        assert await host.close() == 0
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            host.process.kill()

@@ -34,6 +34,7 @@ import trio
 from warden import audit, durable, logs
 from warden.cli import _http as http_cli
 from warden.cli._common import CommandContext, run_trio
+from warden.cli.policy import launch_problems
 from warden.cli.run import (
     ServerPlan,
     add_output_switches,
@@ -50,7 +51,7 @@ from warden.gateway.hub import DEFAULT_SEPARATOR, Hub, Member, check_server_name
 from warden.gateway.pinwatch import watch_file
 from warden.gateway.stdio import StdioHost
 from warden.policy import PinStore, host_process_session, load_effective_policy
-from warden.secrets import Redactor, load_redactor
+from warden.secrets import Redactor, SecretStore, load_redactor
 from warden.transport.channel import MessageChannel
 from warden.transport.http_config import is_http_url
 from warden.upstream.connection import UpstreamOptions
@@ -364,6 +365,15 @@ class _Fleet:
         changed = [p for p in plans if p.name in self.plans and _differs(p, self.plans[p.name])]
         added = [p for p in plans if p.name not in self.plans]
         removed = [name for name in self.plans if name not in names]
+        problems = await trio.to_thread.run_sync(self._launch_problems, changed + added)
+        if problems:  # what `warden policy check` refuses: a working server is never replaced by a refused one
+            message = "; ".join(problems)
+            log.error("reload refused, the servers keep running as they were: %s", message)
+            await self._record(error=message)
+            return
+        failed = [p for p in plans if p.name in self.plans and p not in changed
+                  and self.hub.members[p.name].gateway.upstream.state == "failed"]
+        changed += failed  # a reload is the user's "try again" once the cause is fixed (a directory's owner, say)
         opened: dict[str, tuple[Member, trio.CancelScope]] = {}
         try:  # every new gateway open before anything is retired: a failure leaves the old servers as they were
             self._widen([v for p in changed + added for v in p.redactor.values])
@@ -388,11 +398,24 @@ class _Fleet:
         for scope in retired:
             scope.cancel()
         summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
-            ("added", [p.name for p in added]), ("changed, started again as what it now is", [p.name for p in changed]),
-            ("removed", removed)) if items) or "nothing changed"
+            ("added", [p.name for p in added]),
+            ("changed, started again as what it now is", [p.name for p in changed if p not in failed]),
+            ("failed before, started again", [p.name for p in failed]), ("removed", removed)) if items) \
+            or "nothing changed"
+        unserved = sorted(set(configured_servers(self._ctx)) - set(names)) if self._args.server else []
+        if unserved:
+            summary += (f" (in the config but not served here, as this serve was started with --server: "
+                        f"{', '.join(unserved)})")
         log.warning("config reloaded: %s", summary)
         await self._record(reason=summary)
         await self.hub.tell_changed()
+
+    def _launch_problems(self, plans: Sequence[ServerPlan]) -> list[str]:
+        """What ``warden policy check`` (and ``warden run``) would refuse about each of ``plans``, one line each."""
+        secret_names = set(SecretStore(self._ctx.state_dir).names())
+        return [f"{plan.name}: {problem}" for plan in plans
+                for problem in launch_problems(plan.guard.policy, state_dir=self._ctx.state_dir,
+                                               secret_names=secret_names)]
 
     def _widen(self, values: list[str]) -> None:
         """Redact what a reload handed new servers on every channel, before any of them starts."""
