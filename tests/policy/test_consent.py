@@ -158,3 +158,16 @@ def test_approving_without_a_terminal_or_yes_is_refused(state_dir: Path) -> None
         assert "needs a human at a terminal" in r.stderr
     assert PinStore(state_dir).get("s", "tool", "a").state is PinState.PENDING  # type: ignore[union-attr]
     json.loads((state_dir / "pins.json").read_text())
+
+
+def test_the_end_of_input_at_a_pins_prompt_quits_or_says_no_never_an_internal_error(state_dir: Path) -> None:
+    """Found by a new user: Ctrl-D at `warden pins review` printed "internal error: EOFError" (a bug report)."""
+    PinStore(state_dir).observe_list("s", "tool", [{"name": "a", "inputSchema": {}}], on_new="ask")
+    code, out = in_terminal([WARDEN, "--state-dir", str(state_dir), "pins", "review", "s"], [(b"[q]uit", b"\x04")])
+    assert code == 0, out
+    assert "approved 0, revoked 0, skipped 0" in out
+    code, out = in_terminal([WARDEN, "--state-dir", str(state_dir), "pins", "approve", "s"], [(b"[y/N]", b"\x04")])
+    assert code == 1, out
+    assert "nothing approved" in out
+    assert "internal error" not in out
+    assert PinStore(state_dir).get("s", "tool", "a").state is PinState.PENDING  # type: ignore[union-attr]

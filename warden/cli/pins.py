@@ -138,9 +138,14 @@ def diff_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     return 0
 
 
-def _ask(question: str) -> str:
-    """The question half of the display point (``input`` writes the prompt itself)."""
-    return input(for_terminal(question))
+def _ask(question: str, *, at_end: str = "") -> str:
+    """The question half of the display point (``input`` writes the prompt itself). The end of input (Ctrl-D)
+    answers ``at_end``: no, or quit; never an error."""
+    try:
+        return input(for_terminal(question))
+    except EOFError:
+        print(file=sys.stderr)
+        return at_end
 
 
 def _need_terminal(verb: str) -> None:
@@ -215,7 +220,7 @@ class _Tty:
         _emit(lines)
 
     def ask(self, question: str) -> str:
-        return _ask(question)
+        return _ask(question, at_end="q")
 
 
 def review_command(ctx: CommandContext, args: argparse.Namespace) -> int:
