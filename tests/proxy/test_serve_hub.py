@@ -502,3 +502,20 @@ async def test_the_hosts_instructions_name_the_servers_whose_entries_wait_for_ap
         hub.members["shy"].gateway.guard.store.approve("shy")
         await host.request(3, "server/discover", {"_meta": MODERN})
         assert "waiting" not in (await host.response(3))["result"]["instructions"]
+
+
+@pytest.mark.trio
+async def test_a_read_of_a_resource_no_server_shows_names_the_servers_whose_entries_wait(tmp_path: Path) -> None:
+    """Found by a new user: a resource whose template waits for approval got "Resource not found" and nothing
+    else, while a waiting tool gets the command that approves it. Now the refusal names the servers with entries
+    waiting and the command; once none waits, it says to list first."""
+    async with hub_in_process(tmp_path, {"docs": resource_server([], ["docs://page/{n}"])}, on_new="ask") as (
+            host, hub, _servers):
+        await host.initialize()
+        await host.request(1, "resources/read", {"uri": "docs://page/1"})
+        refused = (await host.response(1))["error"]["message"]
+        assert "Resource not found: 'docs://page/1'" in refused
+        assert "docs has entries waiting for approval, which may hold it: warden pins review NAME" in refused
+        hub.members["docs"].gateway.guard.store.approve("docs")
+        await host.request(2, "resources/read", {"uri": "other://x"})
+        assert "list resources and resource templates first" in (await host.response(2))["error"]["message"]

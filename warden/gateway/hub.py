@@ -370,8 +370,9 @@ class Hub:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
         try:
             return await handler(request, link, sink)
-        except WardenError as exc:
-            return encode_error(request.id, INVALID_PARAMS, exc.message, {"hint": exc.hint} if exc.hint else None)
+        except WardenError as exc:  # the hint in the message too: hosts show the message, not always the data
+            return encode_error(request.id, INVALID_PARAMS, f"{exc.message}; {exc.hint}" if exc.hint else exc.message,
+                                {"hint": exc.hint} if exc.hint else None)
         except Exception:  # a bug here must not take every other server's host face down with it
             log.exception("internal error answering %s", request.method)
             return encode_error(request.id, INTERNAL_ERROR, "warden serve: internal error (see its log)")
@@ -890,8 +891,11 @@ class Hub:
                               "warden cannot tell whose it is", hint="try again once every server is up "
                                                                      "(`warden status`)")
         if not claimants:
+            waiting = [name for name, member in self.members.items() if member.gateway.guard.waiting()]
             raise WardenError(f"Resource not found: {uri[:256]!r} (no server listed it or offers a template for it)",
-                              hint="list resources and resource templates first")
+                              hint=f"{', '.join(waiting)} {'has' if len(waiting) == 1 else 'have'} entries waiting "
+                                   "for approval, which may hold it: warden pins review NAME" if waiting else
+                              "list resources and resource templates first")
         return self.members[claimants[0]]
 
     def _unknown(self) -> list[str]:
