@@ -1,34 +1,52 @@
 """The trio-facing audit log: ``open_audit_log`` and :class:`AuditLog`, with group commit.
 
 Every ``append`` is checked and encoded on the caller's task (cheap, no I/O), then joins the *open batch*. One
-long-lived writer thread owns the :class:`~warden.audit._store.Store`: it takes the open batch whenever the previous
-one is done and commits it (the flock, the writes and the single ``fdatasync`` never block the event loop), then
-wakes the batch's waiters through ``TrioToken.run_sync_soon`` — the wakeup the trio loop already watches — so no
-thread is borrowed and no task is woken per batch on warden's side. While a batch is being synced, new appends
-gather in the next one, so under load one ``fdatasync`` covers many records (group commit: the first waiter's
-batch leads, everyone who joined while it synced follows in the next), and with one caller the latency is one
+long-lived writer thread, started and stopped by :func:`open_audit_log`, owns the
+:class:`~warden.audit._store.Store`: it takes the open batch whenever the previous one is done and commits it (the
+flock, the writes and the single ``fdatasync`` never block the event loop), so nothing is handed to a borrowed
+thread per batch. Group commit is leader/follower: the first ``append`` that finds the writer waiting wakes it (the
+leader), and every ``append`` that comes while the writer commits joins the next batch without waking anyone (the
+followers), so under load one ``fdatasync`` covers many records and with one caller the latency is one
 ``fdatasync``.
+
+How the two threads meet, and why:
+
+* trio -> writer: the open batch and a job queue sit behind a plain lock; a waiting writer blocks on a
+  ``queue.SimpleQueue`` (C, releases the GIL), into which the leader puts one token. The writer says, under the
+  lock, whether it waits and until when, so a token is put only when it is needed: never while the writer is
+  committing, never for a record nothing waits on while the writer will wake for it by itself (below).
+* writer -> trio: ``TrioToken.run_sync_soon``, which writes to the wakeup socket the trio loop always watches and
+  runs the callback on the trio thread: no file descriptor, task or thread of the log's own, and from a thread
+  the one way trio offers. The callback sets the batch's ``trio.Event``, waking its waiters. The writer posts it
+  as the last thing it does for the batch before it waits again, so the woken trio thread does not have to
+  fight it for the GIL.
 
 ``append`` returns only when the record is durable. Any write or fsync error fails the log for good: the batch
 in flight, the batch gathering and every later ``append`` raise :class:`AuditLogFailed`, so a gateway that awaits
-``append`` before forwarding fails closed (write-ahead). Only a restart, whose recovery re-reads the disk, clears it.
-A full disk is not such an error: the log pauses (``audit.paused``, written into its reserve) and batches raise
-:class:`~warden.audit._errors.AuditDiskFull` until there is room again (``warden.audit._reserve``).
+``append`` before forwarding fails closed (write-ahead); so does any error of the writer thread itself. Only a
+restart, whose recovery re-reads the disk, clears it. A full disk is not such an error: the log pauses
+(``audit.paused``, written into its reserve) and batches raise :class:`~warden.audit._errors.AuditDiskFull` until
+there is room again (``warden.audit._reserve``).
 
 ``append_later`` is for records nothing waits on (a call's outcome: its decision was made durable before the call
 went out). Such a record joins the gathering batch without starting a commit of its own: the next ``append``
-carries it, or the committer commits it alone after at most :data:`LATER_WITHIN` seconds. A sequence of calls
-thus costs one ``fdatasync`` per call instead of two, and an outcome is durable within that bound.
+carries it, or the writer commits it alone after at most :data:`LATER_WITHIN` seconds. After each batch the writer
+lingers that long before it waits untimed, so the outcome that follows a decision never has to wake it. A sequence
+of calls thus costs one ``fdatasync`` and one wakeup each way per call, and an outcome is durable within that bound.
+
+Recurring records can be appended as a :class:`~warden.audit._records.FilledRecord` of a
+:class:`~warden.audit._records.RecordTemplate`: the same bytes, with only the changing fields encoded per record.
 """
 
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Collection
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar, final
@@ -39,7 +57,7 @@ import trio
 from warden.audit._checkpoint import SignedCheckpoint
 from warden.audit._errors import AuditDiskFull, AuditLogFailed
 from warden.audit._note import Ed25519Verifier
-from warden.audit._records import Event, PreparedRecord, Record, prepare_record
+from warden.audit._records import Event, FilledRecord, PreparedRecord, Record, prepare_filled, prepare_record
 from warden.audit._store import Store, format_time
 from warden.canonical import canonical_json
 from warden.errors import AuditError
@@ -92,23 +110,27 @@ class AuditLog:
         self._store = store
         self._clock = clock
         self._pid = os.getpid()
-        self._open = _Batch()
         self._closed = False
         self._failed: AuditLogFailed | None = None
         self._redactor = Redactor()
-        # The writer thread and the trio thread share the open batch and the job queue under this condition.
-        self._wake = threading.Condition()
+        # Shared by the trio thread and the writer thread, under _lock: the open batch, the jobs, and what the
+        # writer is doing (so that a wakeup token is put only when one is needed).
+        self._lock = threading.Lock()
+        self._open = _Batch()
         self._jobs: deque[_Job] = deque()
         self._stopping = False
-        self._token: trio.lowlevel.TrioToken | None = None
-        self._kick_pending = False
-        self._thread: threading.Thread | None = None
-        self._records = 0
-        self._batches = 0
-        self._largest = 0
+        self._writer_waits = False
+        self._writer_until: float | None = None  # when the writer's wait ends by itself (None: only a token ends it)
         self._trailing_due: float | None = None
         """When the writer publishes a checkpoint for records that came after the last one, if no batch does it
         first: a log that goes quiet does not leave its last records unsigned (and unwitnessed) until it closes."""
+        self._wakeups: queue.SimpleQueue[None] = queue.SimpleQueue()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = trio.Event()
+        self._records = 0
+        self._batches = 0
+        self._largest = 0
 
     # -- public ---------------------------------------------------------------------------------------------
 
@@ -144,7 +166,7 @@ class AuditLog:
                              hint=f"secrets must be at least {MIN_SECRET_LENGTH} characters")
         self._redactor = self._redactor.with_values(values)
 
-    async def append(self, record: Record) -> int:
+    async def append(self, record: Record | FilledRecord) -> int:
         """Append ``record`` and return its index once it is durable (fdatasync'ed).
 
         The log fills ``v``, ``index``, ``untrusted_time`` and ``pid``. Cancelling the wait does not withdraw the
@@ -162,7 +184,7 @@ class AuditLog:
             raise batch.error
         return batch.first + position
 
-    def append_later(self, record: Record) -> None:
+    def append_later(self, record: Record | FilledRecord) -> None:
         """Queue ``record`` to be made durable with the next batch, within :data:`LATER_WITHIN` seconds; return at
         once. For records nothing waits on: if their batch fails, the log fails and the next ``append`` raises.
 
@@ -171,32 +193,26 @@ class AuditLog:
         """
         self._join(record, urgent=False)
 
-    def _join(self, record: Record, *, urgent: bool) -> tuple[_Batch, int]:
+    def _join(self, record: Record | FilledRecord, *, urgent: bool) -> tuple[_Batch, int]:
         if self._failed is not None:
             raise self._failed
         if self._closed:
             raise AuditError("the audit log is closed", hint="this is a bug: append after the log's context ended")
         prepared = self._prepare(record)
-        with self._wake:
+        with self._lock:
             batch = self._open
             if not batch.items:
                 batch.due = time.monotonic() + LATER_WITHIN
             batch.items.append(prepared)
-            kick = (urgent and not batch.urgent) or len(batch.items) == 1  # commit soon / learn when it is due
             batch.urgent = batch.urgent or urgent
             position = len(batch.items) - 1
-        if kick and not self._kick_pending and self._token is not None:
-            # The first appender of a batch leads: the writer is woken once this pass of the event loop is over,
-            # so every task that runs in the same pass follows into the same batch, and the writer thread does
-            # not fight the event loop for the GIL while those tasks still run.
-            self._kick_pending = True
-            self._token.run_sync_soon(self._kick)
+            # Lead (wake the writer) only if it waits and would not wake in time by itself.
+            wake = self._writer_waits and (urgent or self._writer_until is None or self._writer_until > batch.due)
+            if wake:
+                self._writer_waits = False
+        if wake:
+            self._wakeups.put(None)
         return batch, position
-
-    def _kick(self) -> None:
-        with self._wake:
-            self._kick_pending = False
-            self._wake.notify()
 
     async def checkpoint(self) -> SignedCheckpoint:
         """Publish a checkpoint covering everything committed so far (by any process) and return it.
@@ -216,22 +232,36 @@ class AuditLog:
 
     async def _in_thread(self, fn: Callable[[], _T]) -> _T:
         """Run a Store call on the writer thread, in order with the batches. Never abandoned: a write in progress
-        finishes (the wait is shielded)."""
+        finishes (the wait is shielded).
+
+        Raises:
+            AuditLogFailed: the writer thread stopped (the log failed) before it ran ``fn``; or what ``fn`` raised.
+        """
+        if self._failed is not None:
+            raise self._failed
         job = _Job(fn)
-        with self._wake:
+        with self._lock:
             self._jobs.append(job)
-            self._wake.notify()
+            wake, self._writer_waits = self._writer_waits, False
+        if wake:
+            self._wakeups.put(None)
         with trio.CancelScope(shield=True):
             await job.done.wait()
         if job.error is not None:
             raise job.error
         return job.result  # type: ignore[return-value]
 
-    def _prepare(self, record: Record) -> PreparedRecord:
+    def _prepare(self, record: Record | FilledRecord) -> PreparedRecord:
         """The one redaction point of the audit channel: the encoded record is searched once (one automaton
         pass over its bytes); only a record that holds a registered value is redacted field by field and encoded
-        again. Redaction comes before ``fit_record`` shortens anything, so a cut never halves a secret."""
+        again. Redaction comes before ``fit_record`` shortens anything, so a cut never halves a secret. A filled
+        template searches only what its holes add (its fixed part was searched when it was compiled)."""
         now = format_time(self._clock())
+        if isinstance(record, FilledRecord):
+            spliced = prepare_filled(record, untrusted_time=now, pid=self._pid, redactor=self._redactor)
+            if spliced is not None:
+                return spliced
+            record = record.record()
         prepared = prepare_record(record, untrusted_time=now, pid=self._pid)
         if self._redactor and (self._redactor.wire(prepared.prefix) is not prepared.prefix
                                or self._redactor.wire(prepared.suffix) is not prepared.suffix):
@@ -239,52 +269,72 @@ class AuditLog:
         return prepared
 
     def _fail(self, exc: AuditLogFailed) -> None:
+        """Fail the log (on the trio thread): the gathering batch and every later append raise ``exc``."""
         if self._failed is None:
             self._failed = exc
-        pending: _Batch | None
-        with self._wake:
-            pending = self._open
-            if pending.items and pending.error is None:
-                self._open = _Batch()
-            else:
-                pending = None
-        if pending is not None:
+        with self._lock:
+            pending, self._open = self._open, _Batch()
+        if pending.items and pending.error is None:
             pending.error = exc
             pending.done.set()
+
+    def _writer_died(self, exc: AuditLogFailed) -> None:
+        """The writer thread ended with an error of its own (on the trio thread): fail the log, and every job it
+        will never run."""
+        self._fail(exc)
+        with self._lock:
+            jobs, self._jobs = list(self._jobs), deque()
+        for job in jobs:
+            job.error = exc
+            job.done.set()
 
     # -- the writer thread ----------------------------------------------------------------------------------
 
     def _start_writer(self) -> None:
+        """Start the writer thread; :meth:`_stop_writer` must follow (``open_audit_log`` does both). Not a daemon:
+        a writer that outlived its owner would hold up the interpreter's exit rather than vanish mid-write."""
         self._token = trio.lowlevel.current_trio_token()
-        self._thread = threading.Thread(target=self._write_loop, name="warden-audit-writer", daemon=True)
+        self._thread = threading.Thread(target=self._write_loop, name="warden-audit-writer", daemon=False)
         self._thread.start()
 
     async def _stop_writer(self) -> None:
-        with self._wake:
+        """Ask the writer to commit what it holds and end, and wait for it (shielded: a write is never abandoned).
+        It says it is done through the trio loop, so the final ``join`` returns at once."""
+        with self._lock:
             self._stopping = True
-            self._wake.notify()
+            wake, self._writer_waits = self._writer_waits, False
+        if wake:
+            self._wakeups.put(None)
         if self._thread is not None:
             with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(self._thread.join)
+                await self._stopped.wait()
+            self._thread.join()
 
     def _next_work(self) -> _Batch | _Job | None:
         """Block until there is something to do: a job, an awaited batch, or a batch that is due. None: stop."""
-        with self._wake:
-            while True:
+        linger_until = time.monotonic() + LATER_WITHIN
+        while True:
+            with self._lock:
+                self._writer_waits = False
+                now = time.monotonic()
                 if self._jobs:
                     return self._jobs.popleft()
                 batch = self._open
-                if batch.items and (batch.urgent or self._stopping or time.monotonic() >= batch.due):
+                if batch.items and (batch.urgent or self._stopping or now >= batch.due):
                     self._open = _Batch()
                     return batch
                 if self._stopping:
                     return None
                 trailing = self._trailing_due
-                if trailing is not None and not batch.items and time.monotonic() >= trailing:
+                if trailing is not None and not batch.items and now >= trailing:
                     self._trailing_due = None
                     return _Job(self._publish_trailing)
-                due = batch.due if batch.items else trailing
-                self._wake.wait(max(0.0, due - time.monotonic()) if due is not None else None)
+                until = batch.due if batch.items else trailing
+                if not batch.items and now < linger_until:
+                    until = linger_until if until is None else min(until, linger_until)
+                self._writer_waits, self._writer_until = True, until
+            with suppress(queue.Empty):  # the wait ended by itself
+                self._wakeups.get(timeout=None if until is None else max(0.0, until - now))
 
     def _publish_trailing(self) -> None:
         """The checkpoint a quiet log still owes (on the writer thread). A full disk publishes it later; a failed
@@ -302,27 +352,38 @@ class AuditLog:
     def _write_loop(self) -> None:
         token = self._token
         assert token is not None
-        while (work := self._next_work()) is not None:
-            if isinstance(work, _Job):
-                try:
-                    work.result = work.fn()
-                except BaseException as exc:  # handed to the awaiting task
-                    work.error = exc
-                token.run_sync_soon(work.done.set)
-                continue
-            try:
-                work.first = self._store.commit_prepared(work.items)
-                with self._wake:
-                    if not self._store.unpublished:
-                        self._trailing_due = None
-                    elif self._trailing_due is None:
-                        self._trailing_due = time.monotonic() + self._store.checkpoint_interval
-            except (AuditLogFailed, AuditDiskFull) as exc:
-                work.error = exc
-            except BaseException as exc:
-                work.error = AuditLogFailed(f"the audit log stopped: {exc!r}",
-                                            hint="restart warden; recovery checks the log")
-            token.run_sync_soon(self._committed, work)
+        try:
+            while (work := self._next_work()) is not None:
+                if isinstance(work, _Job):
+                    try:
+                        work.result = work.fn()
+                    except BaseException as exc:  # handed to the awaiting task
+                        work.error = exc
+                    token.run_sync_soon(work.done.set)
+                else:
+                    self._commit(work, token)
+        except BaseException as exc:  # a bug of the writer itself: every waiter must hear of it
+            token.run_sync_soon(self._writer_died, AuditLogFailed(
+                f"the audit log's writer stopped: {exc!r}", hint="restart warden; recovery checks the log"))
+        finally:
+            token.run_sync_soon(self._stopped.set)
+
+    def _commit(self, batch: _Batch, token: trio.lowlevel.TrioToken) -> None:
+        """Commit one batch (on the writer thread; a checkpoint that is due is published with it, before its
+        waiters hear of it, as :meth:`Store.commit_prepared` does) and hand the outcome to the trio thread."""
+        try:
+            batch.first = self._store.commit_prepared(batch.items)
+            with self._lock:
+                if not self._store.unpublished:
+                    self._trailing_due = None
+                elif self._trailing_due is None:
+                    self._trailing_due = time.monotonic() + self._store.checkpoint_interval
+        except (AuditLogFailed, AuditDiskFull) as exc:
+            batch.error = exc
+        except BaseException as exc:
+            batch.error = AuditLogFailed(f"the audit log stopped: {exc!r}",
+                                         hint="restart warden; recovery checks the log")
+        token.run_sync_soon(self._committed, batch)
 
     def _committed(self, batch: _Batch) -> None:
         """On the trio thread: a batch is durable (or failed, or refused by a full disk); wake its waiters."""
@@ -338,10 +399,14 @@ class AuditLog:
     async def _drain(self) -> None:
         """Commit whatever is gathering, then stop accepting appends."""
         self._closed = True
-        with self._wake:
+        with self._lock:
             batch = self._open
             batch.urgent = True
-            self._wake.notify()
+            wake = self._writer_waits and bool(batch.items)
+            if wake:
+                self._writer_waits = False
+        if wake:
+            self._wakeups.put(None)
         if batch.items:
             with trio.CancelScope(shield=True):
                 await batch.done.wait()

@@ -101,10 +101,11 @@ class Frontier:
     """The right edge of a growing tree: the roots of its perfect subtrees, largest first (a "compact range").
 
     ``append`` returns the hashes the stored-hash layout gains for that leaf (the leaf hash, then each perfect
-    subtree it completes, lowest first), so a writer can extend the hash file without reading it.
+    subtree it completes, lowest first), so a writer can extend the hash file without reading it. The root is
+    remembered until the next append: a writer asks for it several times per batch (its head, its catch-up check).
     """
 
-    __slots__ = ("_levels", "_nodes", "size")
+    __slots__ = ("_levels", "_nodes", "_root", "size")
 
     def __init__(self, size: int = 0, nodes: Sequence[bytes] = ()) -> None:
         levels = [lvl for lvl in range(size.bit_length() - 1, -1, -1) if size >> lvl & 1]
@@ -113,6 +114,7 @@ class Frontier:
         self.size = size
         self._levels = levels
         self._nodes = list(nodes)
+        self._root: bytes | None = None
 
     @classmethod
     def load(cls, size: int, read: HashReader) -> Frontier:
@@ -139,15 +141,18 @@ class Frontier:
         levels.append(level)
         nodes.append(h)
         self.size += 1
+        self._root = None
         return added
 
     def root(self) -> bytes:
         """The RFC 6962 root of the tree so far (``SHA-256("")`` when empty)."""
-        return fold_frontier(self._nodes)
+        if self._root is None:
+            self._root = fold_frontier(self._nodes)
+        return self._root
 
     def copy(self) -> Frontier:
         f = Frontier()
-        f.size, f._levels, f._nodes = self.size, list(self._levels), list(self._nodes)
+        f.size, f._levels, f._nodes, f._root = self.size, list(self._levels), list(self._nodes), self._root
         return f
 
 

@@ -13,6 +13,9 @@ Size: a stored record is at most :data:`MAX_RECORD_BYTES` (65,535, so the log ca
 A record that would be larger is never truncated silently: first its argument values are dropped (their digest
 stays, ``arguments.oversize`` is set), then any free-text field (``reason``, ``error``, ``violation``) is replaced by
 a note giving its length and SHA-256, and ``oversize`` is set on the record.
+
+Recurring records (a call's decision and outcome) can be written through a :class:`RecordTemplate`: checked and
+encoded once, with only the fields that change spliced in per record, to the same bytes.
 """
 
 from __future__ import annotations
@@ -20,9 +23,9 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal, NoReturn, final
 
 import msgspec
 
@@ -39,12 +42,14 @@ __all__ = [
     "Decision",
     "Detail",
     "Event",
+    "FilledRecord",
     "Grant",
     "InvalidRecord",
     "Outcome",
     "Package",
     "PreparedRecord",
     "Record",
+    "RecordTemplate",
     "Recovery",
     "bounded_text",
     "check_record",
@@ -52,6 +57,7 @@ __all__ = [
     "digest",
     "encode_record",
     "fit_record",
+    "prepare_filled",
     "prepare_record",
     "redact_secrets",
 ]
@@ -428,7 +434,7 @@ def _check_rules(record: Record, *, deep: bool = True, check_time: bool = True) 
                   *((r.package.lock_digest, r.package.tree_digest) if r.package is not None else ()),
                   *(x.digest for x in r.redactions), r.grant.token_digest if r.grant is not None else None):
             if d is not None and d not in known and not _DIGEST_RE.fullmatch(d):
-                raise InvalidRecord(f"digest {d[:80]!r} must look like sha256:<64 lowercase hex>")
+                _bad_digest(d)
         method = r.method
         if method is not None and method not in _KNOWN_METHODS:
             if not _METHOD_RE.fullmatch(method):
@@ -439,12 +445,19 @@ def _check_rules(record: Record, *, deep: bool = True, check_time: bool = True) 
             raise InvalidRecord("untrusted_time must be RFC 3339 UTC with microseconds")
     if record.v not in ("", RECORD_VERSION):
         raise InvalidRecord(f"unknown record version {record.v[:40]!r}")
-    args = record.arguments
-    if args is not None:
-        if args.detail is Detail.HASH and args.has_value:
-            raise InvalidRecord("arguments at detail 'hash' must not carry a value")
-        if args.detail is not Detail.HASH and not args.has_value:
-            raise InvalidRecord(f"arguments at detail {args.detail.value!r} must carry a value")
+    if record.arguments is not None:
+        _check_arguments(record.arguments)
+
+
+def _check_arguments(args: Arguments) -> None:
+    if args.detail is Detail.HASH and args.has_value:
+        raise InvalidRecord("arguments at detail 'hash' must not carry a value")
+    if args.detail is not Detail.HASH and not args.has_value:
+        raise InvalidRecord(f"arguments at detail {args.detail.value!r} must carry a value")
+
+
+def _bad_digest(value: object) -> NoReturn:
+    raise InvalidRecord(f"digest {str(value)[:80]!r} must look like sha256:<64 lowercase hex>")
 
 
 def _length_and_digest(text: str) -> str:
@@ -510,3 +523,190 @@ def redact_secrets(value: Any, redactor: Redactor = _NO_SECRETS,
     if strings and isinstance(value, str):
         return REDACTED
     return redactor.json_value(value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Templates
+
+
+_HoleKind = Literal["digest", "count", "arguments"]
+#: The fields a template may leave open, and the rule each value is checked by.
+_HOLES: Final[dict[str, _HoleKind]] = {"arguments": "arguments", "decision_index": "count",
+                                       "request_digest": "digest", "result_digest": "digest", "result_size": "count"}
+_PLACEHOLDERS: Final[dict[_HoleKind, Any]] = {"digest": digest(b""), "count": 0,
+                                              "arguments": Arguments(detail=Detail.HASH, digest=digest(b""))}
+_ARGUMENTS_DECODER: Final = msgspec.json.Decoder(Arguments)
+_INDEX_SLOT: Final = -1  # in a compiled template's slot order: the record's index (where PreparedRecord splits)
+_TIME_SLOT: Final = -2  # the writer's clock
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    """A template's bytes between its slots: ``order[i]`` says what goes between ``parts[i]`` and ``parts[i + 1]``,
+    the hole at that position of :attr:`RecordTemplate.holes`, or the index, or the time."""
+
+    parts: tuple[bytes, ...]
+    order: tuple[int, ...]
+
+
+@final
+class RecordTemplate:
+    """A record whose fields are all fixed except ``holes``, which :meth:`fill` gives record by record.
+
+    A gateway writes the same few records over and over: for one tool, rule and host every ``call.decided`` differs
+    only in its request digest and arguments, every ``call.outcome`` only in the decision it completes and the
+    result's digest and size. Building, checking and encoding each whole record costs tens of µs on the
+    write-ahead path; a template is checked and encoded once, with placeholders in its holes, and each record after
+    that is its bytes with the holes' values spliced in, each value checked by the rule of its field (a digest is
+    ``sha256:`` and 64 lowercase hex, a count an integer in 0..2^53, arguments decode as :class:`Arguments` and
+    keep its rules).
+
+    Why splicing gives exactly the bytes :func:`prepare_record` gives for :meth:`FilledRecord.record`
+    (``tests/audit`` checks it for generated records): a record's canonical form is ``{``, then ``"key":value`` for
+    each present field in sorted key order joined by ``,``, then ``}``, each value encoded on its own exactly as
+    inside the record (msgspec, sorted keys). A hole is one such value, always filled, so the keys around it never
+    move. Each compiled template is compared with the encoder's own output for its placeholder record before use.
+
+    The log fills the envelope (``v``, ``index``, ``untrusted_time``, ``pid``) as for any record and compiles a
+    template on first use, again when its secrets registry changes. Records take the full path (built whole and
+    prepared like any other) when the template's fixed fields hold a registered secret (redaction rewrites them),
+    when a record's arguments hold one, and when a record would exceed :data:`MAX_RECORD_BYTES` (:func:`fit_record`
+    shrinks it): a template changes how fast a record is stored, never what is stored.
+    """
+
+    __slots__ = ("_compiled", "_compiled_for", "holes", "record")
+
+    def __init__(self, record: Record, holes: Collection[str]) -> None:
+        """Raises:
+        ValueError: a hole a template cannot leave open or that the record sets, or an envelope field set.
+        """
+        for hole in holes:
+            if hole not in _HOLES:
+                raise ValueError(f"{hole!r} cannot be a template hole (only {', '.join(_HOLES)})")
+            if getattr(record, hole) is not None:
+                raise ValueError(f"the template's record sets {hole!r}, which is a hole")
+        if record.v or record.index != -1 or record.untrusted_time or record.pid:
+            raise ValueError("a template's envelope is the log's to fill")
+        self.record = record
+        self.holes = tuple(sorted(holes))
+        self._compiled: _Compiled | None = None
+        self._compiled_for: tuple[int, Redactor] | None = None
+
+    def fill(self, **values: Any) -> FilledRecord:
+        """This template's record with ``values`` in its holes. The values are checked when the log prepares it.
+
+        Raises:
+            ValueError: the names given are not exactly the template's holes.
+        """
+        if len(values) != len(self.holes) or not all(h in values for h in self.holes):
+            raise ValueError(f"a template with holes {', '.join(self.holes)} was given {', '.join(sorted(values))}")
+        return FilledRecord(self, tuple(values[h] for h in self.holes))
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class FilledRecord:
+    """A :class:`RecordTemplate` and its holes' values (in the order of its ``holes``): what the log appends."""
+
+    template: RecordTemplate
+    values: tuple[Any, ...]
+
+    def record(self) -> Record:
+        """The whole record, as the full path builds it."""
+        return msgspec.structs.replace(self.template.record,
+                                       **dict(zip(self.template.holes, self.values, strict=True)))
+
+
+def prepare_filled(filled: FilledRecord, *, untrusted_time: str, pid: int, redactor: Redactor) -> PreparedRecord | None:
+    """What :func:`prepare_record` makes of ``filled.record()`` (``untrusted_time`` from the log's own clock, so
+    well-formed), spliced from its template; None when the record must take the full path (see
+    :class:`RecordTemplate`).
+
+    Raises:
+        InvalidRecord: a fixed field (found when the template is compiled) or a hole's value is malformed.
+    """
+    template = filled.template
+    made_for = template._compiled_for
+    if made_for is None or made_for[0] != pid or made_for[1] is not redactor:
+        template._compiled = _compile(template, pid=pid, redactor=redactor, untrusted_time=untrusted_time)
+        template._compiled_for = (pid, redactor)
+    compiled = template._compiled
+    if compiled is None:
+        return None
+    values = [_encode_hole(name, value) for name, value in zip(template.holes, filled.values, strict=True)]
+    # "arguments" sorts first of the holes; digests and counts cannot hold a secret (hex and digits)
+    if redactor and template.holes[0] == "arguments" and redactor.wire(values[0]) is not values[0]:
+        return None  # the full path cuts the secret out of the arguments value
+    return _assemble(compiled, values, b'"%b"' % untrusted_time.encode())
+
+
+def _assemble(compiled: _Compiled, values: Sequence[bytes], time: bytes) -> PreparedRecord | None:
+    """Splice ``values`` and ``time`` into the template; None when the record would be too large."""
+    parts = compiled.parts
+    pieces = [parts[0]]
+    prefix = b""
+    for i, slot in enumerate(compiled.order):
+        if slot == _INDEX_SLOT:
+            prefix = b"".join(pieces)
+            pieces = [parts[i + 1]]
+        else:
+            pieces += (time if slot == _TIME_SLOT else values[slot], parts[i + 1])
+    suffix = b"".join(pieces)
+    if len(prefix) + 1 + len(suffix) + _MAX_INDEX_GROWTH > MAX_RECORD_BYTES:
+        return None  # fit_record shrinks it on the full path
+    return PreparedRecord(prefix, suffix)
+
+
+def _encode_hole(name: str, value: Any) -> bytes:
+    """A hole's value as encoded inside the record, checked as the full path checks that field."""
+    kind = _HOLES[name]
+    if kind == "digest":
+        if type(value) is not str or len(value) != 71 or \
+                (value not in _KNOWN_DIGESTS and not _DIGEST_RE.fullmatch(value)):
+            _bad_digest(value)
+        return b'"%b"' % value.encode()
+    if kind == "count":
+        if type(value) is not int or not 0 <= value <= MAX_SAFE_INTEGER:
+            raise InvalidRecord(f"{name} must be an integer from 0 to 2^53 - 1, not {str(value)[:40]!r}")
+        return b"%d" % value
+    if not isinstance(value, Arguments):
+        raise InvalidRecord(f"arguments must be an audit.Arguments, not {type(value).__name__}")
+    try:
+        data = _ENCODER.encode(value)
+        checked = _ARGUMENTS_DECODER.decode(data)
+    except (TypeError, ValueError) as exc:  # msgspec's EncodeError, DecodeError and ValidationError among them
+        raise InvalidRecord(f"invalid audit record arguments: {exc}") from exc
+    if checked.digest not in _KNOWN_DIGESTS and not _DIGEST_RE.fullmatch(checked.digest):
+        _bad_digest(checked.digest)
+    _check_arguments(checked)
+    return data
+
+
+def _compile(template: RecordTemplate, *, pid: int, redactor: Redactor, untrusted_time: str) -> _Compiled | None:
+    """Check and encode the template's fixed fields once; None when its records must take the full path."""
+    holes = template.holes
+    probe = msgspec.structs.replace(template.record, v=RECORD_VERSION, index=0, untrusted_time=untrusted_time,
+                                    pid=pid, **{h: _PLACEHOLDERS[_HOLES[h]] for h in holes})
+    data = _checked_encoding(probe, check_time=False)  # InvalidRecord: a fixed field is malformed
+    if len(data) + _MAX_INDEX_GROWTH > MAX_RECORD_BYTES or (redactor and redactor.wire(data) is not data):
+        return None
+    slots = {h: n for n, h in enumerate(holes)} | {"index": _INDEX_SLOT, "untrusted_time": _TIME_SLOT}
+    parts: list[bytes] = []
+    order: list[int] = []
+    current = bytearray(b"{")
+    for n, key in enumerate(msgspec.json.decode(data)):  # its keys, in the stored (sorted) order
+        current += b'%b"%b":' % (b"," if n else b"", key.encode())
+        if key in slots:
+            parts.append(bytes(current))
+            order.append(slots[key])
+            current = bytearray()
+        else:
+            current += _ENCODER.encode(getattr(probe, key))
+    parts.append(bytes(current + b"}"))
+    compiled = _Compiled(tuple(parts), tuple(order))
+    check = _assemble(compiled, [_ENCODER.encode(_PLACEHOLDERS[_HOLES[h]]) for h in holes],
+                      b'"%b"' % untrusted_time.encode())
+    if len(order) != len(slots) or check is None or check.at(0) != data:  # pragma: no cover - a msgspec change
+        return None  # never a wrong byte: the full path encodes every record whole
+    return compiled

@@ -6,6 +6,11 @@ up the answer (durable with the next decision, or within ``audit.LATER_WITHIN`` 
 cannot take the record, :meth:`Recorder.decided` raises and the action is refused — warden never does what it
 could not record. Denials, pin events and the server's lifecycle are recorded too; a failure to record one of
 those is logged, and the next allowed action is refused (the log stays failed until warden restarts).
+
+The two records of every allowed call are written through templates (:class:`warden.audit.RecordTemplate`), one
+per tool, rule and host for decisions and one per method and outcome for outcomes: only the request digest and
+arguments, or the decision index and the result's digest and size, are encoded per call. Anything less common (a
+content-rule finding, a flow rule's evidence, an error text) builds its record in full.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, final
 
+import msgspec
 import trio
 
 from warden import audit
@@ -36,6 +42,12 @@ def _redactions(found: Sequence[tuple[str, str]]) -> tuple[audit.Redaction, ...]
     return tuple(audit.Redaction(rule=rule, digest=digest) for rule, digest in unique)
 _TEXT_MAX: Final = 4000  # reasons and errors (a server's error text is the server's to choose)
 _RULE_MAX: Final = 256
+#: Templates kept per recorder before the cache starts again (only allowed calls make one: pinned tools x rules x
+#: hosts, so this is not reached in practice; the bound keeps it so).
+_TEMPLATES_MAX: Final = 256
+_DECIDED_HOLES: Final = ("request_digest",)
+_DECIDED_HOLES_ARGS: Final = ("arguments", "request_digest")
+_OUTCOME_HOLES: Final = ("decision_index", "result_digest", "result_size")
 
 
 @final
@@ -52,9 +64,18 @@ class Recorder:
         self._sandbox = sandbox_digest
         self._detail = audit.Detail(detail)
         self._sandbox_notes = "; ".join(sandbox_notes) or None  # limits enforced weaker than written
+        self._templates: dict[tuple[Any, ...], audit.RecordTemplate] = {}
 
     def _record(self, event: audit.Event, **fields: Any) -> audit.Record:
         return audit.Record(event=event, server_name=self._server, server_id=self._server_id, **fields)
+
+    def _template(self, key: tuple[Any, ...], record: audit.Record, holes: tuple[str, ...]) -> audit.RecordTemplate:
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= _TEMPLATES_MAX:
+                self._templates.clear()
+            template = self._templates[key] = audit.RecordTemplate(record, holes)
+        return template
 
     async def _append(self, record: audit.Record) -> int | None:
         if self._log is None:
@@ -131,23 +152,37 @@ class Recorder:
                 consent = _CONSENT.get(approval.approved_by, audit.Consent.TERMINAL)
             else:
                 consent = audit.Consent.POLICY
-        record = self._record(
-            audit.Event.CALL_DECIDED, client=caller.client, principal=caller.principal, method=method,
-            target=audit.bounded_text(target, _TARGET_MAX),
-            target_digest=approval.digest if approval is not None else None, policy_digest=self._policy,
-            rule=audit.bounded_text(str(decision.rule), _RULE_MAX),
-            decision=audit.Decision.ALLOW if allowed else audit.Decision.DENY,
-            consent=consent, reason=audit.bounded_text(decision.reason, _TEXT_MAX),
+        target_digest = approval.digest if approval is not None else None
+        if allowed and request is not None and not findings and decision.evidence is None:
+            key = (method, target, target_digest, decision.rule, decision.reason, consent, caller, arguments is None)
+            template = self._templates.get(key) or self._template(
+                key, self._decided(method, target, target_digest, decision, consent, caller),
+                _DECIDED_HOLES if arguments is None else _DECIDED_HOLES_ARGS)
+            if arguments is None:
+                return await self._log.append(template.fill(request_digest=audit.digest(request)))
+            return await self._log.append(template.fill(
+                request_digest=audit.digest(request), arguments=audit.Arguments.capture(arguments, self._detail)))
+        record = msgspec.structs.replace(
+            self._decided(method, target, target_digest, decision, consent, caller),
             request_digest=audit.digest(request) if request is not None else None,
             arguments=audit.Arguments.capture(arguments, self._detail, secret_values=[f.value for f in findings])
             if arguments is not None else None,
             redactions=_redactions([(f.rule, f.digest) for f in findings]),
-            sandbox_digest=self._sandbox,
             evidence_index=decision.evidence.index if decision.evidence is not None else None)
         if allowed:
             return await self._append(record)
         await self._append_quietly(record)
         return None
+
+    def _decided(self, method: str, target: str, target_digest: str | None, decision: Decision,
+                 consent: audit.Consent | None, caller: Caller) -> audit.Record:
+        """A ``call.decided`` record without what differs from call to call (request, arguments, findings)."""
+        return self._record(
+            audit.Event.CALL_DECIDED, client=caller.client, principal=caller.principal, method=method,
+            target=audit.bounded_text(target, _TARGET_MAX), target_digest=target_digest, policy_digest=self._policy,
+            rule=audit.bounded_text(str(decision.rule), _RULE_MAX),
+            decision=audit.Decision.ALLOW if decision.effect is Effect.ALLOW else audit.Decision.DENY,
+            consent=consent, reason=audit.bounded_text(decision.reason, _TEXT_MAX), sandbox_digest=self._sandbox)
 
     def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
                 outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = (),
@@ -170,6 +205,13 @@ class Recorder:
         assert self._log is not None
         kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
         try:
+            if result is not None and not error and not redactions and target is None:
+                key = (method, kind)
+                template = self._templates.get(key) or self._template(
+                    key, self._record(audit.Event.CALL_OUTCOME, method=method, outcome=kind), _OUTCOME_HOLES)
+                self._log.append_later(template.fill(decision_index=index, result_digest=audit.digest(result),
+                                                     result_size=len(result)))
+                return
             record = self._record(
                 audit.Event.CALL_OUTCOME, method=method, decision_index=index, outcome=kind,
                 target=audit.bounded_text(target, _TARGET_MAX) if target is not None else None,
