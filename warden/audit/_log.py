@@ -278,12 +278,15 @@ class AuditLog:
             pending.error = exc
             pending.done.set()
 
-    def _writer_died(self, exc: AuditLogFailed) -> None:
-        """The writer thread ended with an error of its own (on the trio thread): fail the log, and every job it
-        will never run."""
+    def _writer_died(self, exc: AuditLogFailed, work: _Batch | _Job | None) -> None:
+        """The writer thread ended with an error of its own (on the trio thread): fail the log, the work it held
+        (if it had taken any), and every job it will never run."""
         self._fail(exc)
         with self._lock:
-            jobs, self._jobs = list(self._jobs), deque()
+            jobs: list[_Batch | _Job] = list(self._jobs)
+            self._jobs = deque()
+        if work is not None and not work.done.is_set():
+            jobs.append(work)
         for job in jobs:
             job.error = exc
             job.done.set()
@@ -352,6 +355,7 @@ class AuditLog:
     def _write_loop(self) -> None:
         token = self._token
         assert token is not None
+        work: _Batch | _Job | None = None
         try:
             while (work := self._next_work()) is not None:
                 if isinstance(work, _Job):
@@ -362,9 +366,10 @@ class AuditLog:
                     token.run_sync_soon(work.done.set)
                 else:
                     self._commit(work, token)
+                work = None
         except BaseException as exc:  # a bug of the writer itself: every waiter must hear of it
             token.run_sync_soon(self._writer_died, AuditLogFailed(
-                f"the audit log's writer stopped: {exc!r}", hint="restart warden; recovery checks the log"))
+                f"the audit log's writer stopped: {exc!r}", hint="restart warden; recovery checks the log"), work)
         finally:
             token.run_sync_soon(self._stopped.set)
 
