@@ -254,6 +254,8 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3, help="paired log/baseline runs per writer count (median)")
     p.add_argument("--verify-records", type=int, default=1_000_000)
     p.add_argument("--calls", type=int, default=1000, help="tools/call round trips per audit on/off run")
+    p.add_argument("--writers-only", action="store_true",
+                   help="only the fdatasync rates and the 1/8/64-writer rows (the group-commit targets)")
     args = p.parse_args()
     base = Path(tempfile.mkdtemp(prefix="warden-audit-bench-", dir=args.dir or Path(__file__).resolve().parents[1]))
     os.chmod(base, 0o700)
@@ -287,6 +289,8 @@ def main() -> int:
                          "fdatasync per batch, no record work", f"{ceiling:,.0f} records/s",
                          f"{ceiling_ratio:.0%} of the minimal loop; the log reaches {of_ceiling:.0%} of it"))
         rows.append(("64 writers vs 1 writer", f"{rates[64] / rates[1]:.1f}x", "target >= 10x"))
+        if args.writers_only:
+            return _print(rows)
         mp = processes(base / "mp", 4, 16, args.seconds)
         rows.append(("4 processes x 16 writers, one shared log", f"{mp:,.0f} appends/s", "flock per batch"))
         for server in ("raw echo", "python sdk"):
@@ -306,6 +310,10 @@ def main() -> int:
                      "on the first 10% of the same log"))
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    return _print(rows)
+
+
+def _print(rows: list[tuple[str, str, str]]) -> int:
     width = max(len(r[0]) for r in rows)
     print(f"\n| {'measurement':<{width}} | {'result':>20} | notes |")
     print(f"|{'-' * (width + 2)}|{'-' * 22}|-------|")
