@@ -395,3 +395,27 @@ def test_import_serve_refuses_a_name_that_holds_the_namespace_separator(home: Pa
     assert "--only NAME" in r.stderr
     assert snapshot(home) == before
     assert warden(home, "import", "--serve", "--only", "time", str(path)).returncode == 0
+
+
+def test_undo_after_warden_s_config_was_edited_restores_the_host_file_and_keeps_the_edit(home: Path,
+                                                                                         isolated_env: Path) -> None:
+    """Found by a new user: once warden.toml was edited, undo refused and told them to remove the imported
+    tables by hand, after which it still refused (even with the file deleted): the host file could only be put
+    back by copying the backup. Now undo puts the host file back and leaves the edited config (and the secrets
+    its tables may use) as they are, naming the tables and secrets to remove."""
+    path = desktop_file(home)
+    original = path.read_bytes()
+    config = Path(os.environ["WARDEN_CONFIG"])
+    assert warden(home, "import").returncode == 0
+    edited = config.read_text() + "\n# my own note\n"
+    config.write_text(edited)
+    r = warden(home, "import", "--undo")
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes() == original
+    assert config.read_text() == edited
+    assert "changed since the import, so it was left as it is" in r.stderr
+    assert "[servers.github]" in r.stderr
+    assert "warden secrets rm" in r.stderr
+    again = warden(home, "import", "--undo")
+    assert again.returncode == 2
+    assert "there is no import to undo" in again.stderr

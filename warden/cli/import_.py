@@ -119,10 +119,17 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     if args.undo:
         if args.paths or args.only:
             raise ConfigError("--undo takes no paths or --only", hint="run: warden import --undo")
-        record = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
+        record, config_back = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
         for entry in record.data["files"]:
             print(for_terminal(f"restored {entry['path']} (byte for byte, from {record.directory})"))
         config = record.data["config"]
+        if not config_back:
+            added = record.data["secrets_added"]
+            print_error(f"warden's config {config['path']} changed since the import, so it was left as it is: "
+                        f"remove the imported tables by hand if you no longer want them "
+                        f"({', '.join(f'[servers.{name}]' for name in record.data['servers'])})"
+                        + (f", and their secrets (warden secrets rm {' '.join(added)})" if added else ""))
+            return 0
         print(for_terminal(f"restored {config['path']}" if config["existed"] else f"removed {config['path']}"
                            " (the import had created it)"))
         for name in record.data["secrets_added"]:

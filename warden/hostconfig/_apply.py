@@ -210,12 +210,17 @@ def _records(state_dir: Path) -> Iterator[ImportRecord]:
             yield ImportRecord(directory, data)
 
 
-def undo_last_import(state_dir: Path, store: SecretStore) -> ImportRecord:
-    """Put back what the newest import (not yet undone) changed, byte for byte.
+def undo_last_import(state_dir: Path, store: SecretStore) -> tuple[ImportRecord, bool]:
+    """Put back what the newest import (not yet undone) changed, byte for byte; returns its record and whether
+    warden's config was put back too.
+
+    When warden's config was edited since (a server added, a policy line changed), the host files are still put
+    back, but the config is left as it is, and so are the secrets the import added (a table there may still use
+    them): the caller says which tables to remove. An edit is never lost.
 
     Raises:
-        ConfigError: there is no import to undo, or a file changed since the import (nothing is restored; the
-            hint names the backup).
+        ConfigError: there is no import to undo, or a host file changed since the import (nothing is restored;
+            the hint names the backup).
     """
     record = next((r for r in _records(state_dir) if r.data.get("status") == "done"), None)
     if record is None:
@@ -230,20 +235,17 @@ def undo_last_import(state_dir: Path, store: SecretStore) -> ImportRecord:
                                    "that is what you want; nothing was restored")
     config = data["config"]
     current = _read(Path(config["real_path"]))
-    if current is None or _sha(current) != config["sha256_after"]:
-        raise ConfigError(f"warden's config {config['path']} changed since the import",
-                          hint=f"remove the imported [servers.*] tables ({', '.join(data['servers'])}) by hand"
-                               + (f", or copy back {record.directory / config['backup']}" if config["existed"]
-                                  else "") + "; nothing was restored")
+    config_back = current is not None and _sha(current) == config["sha256_after"]
     for entry in data["files"]:
         replace_foreign_file(Path(entry["real_path"]), (record.directory / entry["backup"]).read_bytes(),
                              mode=entry["mode"], owner=tuple(entry["owner"]) if entry["owner"] else None)
-    _restore_config(record)
-    for name in data["secrets_added"]:
-        store.remove(name)
-    data["status"] = "undone"
+    if config_back:
+        _restore_config(record)
+        for name in data["secrets_added"]:
+            store.remove(name)
+    data["status"] = "undone" if config_back else "undone, config kept"
     record.save()
-    return record
+    return record, config_back
 
 
 def _read(path: Path) -> bytes | None:
