@@ -1,9 +1,10 @@
 """``warden tokens add|list|revoke``: named bearer tokens for the HTTP face, one principal each.
 
-A team puts one ``warden run --http`` in front of several people: each gets a token of their own, so their flow
-taint, request states, sessions and audit records are theirs (``token:NAME``), and one token is revoked without
-touching the others. warden keeps only each token's SHA-256 digest (:mod:`warden.gateway.principals`): ``add``
-shows the token once, on stdout or into a new private file (``--file``), and nothing can show it again.
+A team puts one ``warden run --http`` (or ``warden serve --http``) in front of several people: each gets a token
+of their own, so their flow taint, request states, sessions and audit records are theirs (``token:NAME``), and
+one token is revoked without touching the others. warden keeps only each token's SHA-256 digest
+(:mod:`warden.gateway.principals`): ``add`` shows the token once, on stdout or into a new private file
+(``--file``), and nothing can show it again.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from warden.gateway.principals import TokenRegistry, check_name, token_principal
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = sub.add_parser("tokens", help="add, list and revoke named bearer tokens for the HTTP face",
-                            description="Named bearer tokens for `warden run --http`: each is its own principal "
-                                        "(token:NAME) in taint, sessions and audit records; warden keeps only "
-                                        "their digests.")
+                            description="Named bearer tokens for `warden run --http` and `warden serve --http`: "
+                                        "each is its own principal (token:NAME) in taint, sessions and audit "
+                                        "records; warden keeps only their digests.")
     verbs = parser.add_subparsers(dest="tokens_command", metavar="VERB", required=True)
     add = verbs.add_parser("add", help="make a token named NAME and show it once")
     add.add_argument("name", metavar="NAME")
