@@ -73,6 +73,7 @@ from warden.protocol.session import (
     IncomingNotification,
     IncomingRequest,
     InvalidIncoming,
+    Pending,
     Progress,
     Reply,
     Session,
@@ -286,9 +287,40 @@ class _Outcome(enum.Enum):
     RESPAWN = "respawn"
 
 
+class Waiter(Protocol):
+    """What a request waits with. The session calls exactly one of :meth:`settled`, :meth:`expired` or
+    :meth:`closed` (unless the request is given up first, :meth:`Sent.abandon`), and :meth:`progress` any number of
+    times before that. A task waiting on an event is one kind (:meth:`_Session.request`); the gateway's fast path
+    is another: a continuation that shapes the answer and writes it to the host from the server's reader, so a
+    forwarded request needs no task of its own."""
+
+    @property
+    def cancel_on_timeout(self) -> bool:
+        """Whether an expired request is cancelled upstream (``notifications/cancelled``; never ``initialize``)."""
+        ...
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        """``notifications/progress`` for the request (its deadline was already pushed out). Runs in the reader."""
+        ...
+
+    async def settled(self, reply: Reply) -> None:
+        """The server answered (or sent an unreadable answer, as a failure). Runs in the server's reader: waiting
+        here holds the reader, which is how a host that stops reading pushes back on the server."""
+        ...
+
+    async def expired(self) -> None:
+        """The deadline passed; the request was given up (and cancelled upstream, per ``cancel_on_timeout``).
+        Runs in the session's timer."""
+        ...
+
+    def closed(self, reply: Reply) -> None:
+        """The connection went away (``reply`` says why). Must not wait: the session is being torn down."""
+        ...
+
+
 @final
 class _Waiter:
-    """How a task waits for one of its requests: the engine settles it, the session's timer expires it."""
+    """How a task waits for one of its requests (:meth:`_Session.request`): an event the session sets."""
 
     __slots__ = ("cancel_on_timeout", "event", "on_progress", "reply")
 
@@ -297,6 +329,36 @@ class _Waiter:
         self.cancel_on_timeout = cancel_on_timeout
         self.event = trio.Event()
         self.reply: Reply | None = None
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        if self.on_progress is not None:
+            await self.on_progress(params)
+
+    async def settled(self, reply: Reply) -> None:
+        self.closed(reply)
+
+    async def expired(self) -> None:
+        self.event.set()  # reply stays None: the request timed out
+
+    def closed(self, reply: Reply) -> None:
+        self.reply = reply
+        self.event.set()
+
+
+@final
+class Sent:
+    """A request :meth:`Upstream.start_request` sent, whose outcome reaches its :class:`Waiter`."""
+
+    __slots__ = ("_pending", "_session")
+
+    def __init__(self, session: _Session, pending: Pending[Waiter]) -> None:
+        self._session = session
+        self._pending = pending
+
+    async def abandon(self, reason: str) -> None:
+        """The caller went away (the host cancelled, or left): MS04/MS09, the server is told to stop (never for
+        ``initialize``, LC09), and a late answer is dropped by the engine. The waiter hears nothing more."""
+        await self._session.give_up(self._pending, reason)
 
 
 @final
@@ -310,13 +372,14 @@ class _Session:
         self.era: Era | None = None
         self.version: str = LATEST_LEGACY
         options = upstream.options
-        self._engine: Session[_Waiter] = Session(ids=numeric_ids, request_timeout=options.request_timeout,
+        self._engine: Session[Waiter] = Session(ids=numeric_ids, request_timeout=options.request_timeout,
                                                  max_request_time=options.max_request_time)
         self._server_requests: dict[tuple[str, object], trio.CancelScope] = {}
         self._kept: OrderedDict[str, str] = OrderedDict()
         """Progress tokens kept routed past their request, by task id (MS11)."""
-        self._rearm = trio.Event()
-        self._armed_for = math.inf
+        self._alarm = trio.CancelScope()
+        """The timer's sleep (:meth:`run_timer`): a request due before it moves its deadline earlier, which wakes
+        nobody until then."""
         self._next_slot = -math.inf
         """When the next notification may be read, under ``notification_rate``."""
         self.closed = trio.Event()
@@ -325,6 +388,52 @@ class _Session:
         self.close_reason = "the server exited"
 
     # -- sending ------------------------------------------------------------------------------------------------
+
+    def start(self, method: str, params: Mapping[str, Any] | None, waiter: Waiter, *,
+              capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
+              timeout: float | None = None, with_progress_token: bool = True, stream: bool = False,
+              lane: Era | None = None) -> tuple[bytes, Pending[Waiter]]:
+        """Register a request with the engine and return the message to send (see :meth:`request`). Never waits:
+        its deadline moves the timer's sleep earlier if it is due first.
+
+        Raises:
+            UpstreamClosed: the connection is gone.
+        """
+        if self.closed.is_set():
+            raise UpstreamClosed(self.close_reason)
+        options = self._upstream.options
+        body = dict(params) if params else {}
+        given = body.get("_meta")
+        meta = dict(given) if isinstance(given, Mapping) else {}  # the gateway refuses a non-object _meta first
+        if self.era is Era.MODERN and lane is not Era.LEGACY:
+            meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
+        if meta:
+            body["_meta"] = meta
+        message, pending = self._engine.send_request(method, body or None, now=trio.current_time(), waiter=waiter,
+                                                     timeout=timeout, progress=with_progress_token, stream=stream)
+        if pending.deadline < self._alarm.deadline:
+            self._alarm.deadline = pending.deadline
+        return message, pending
+
+    async def send(self, message: bytes) -> None:
+        """Write one message to the server (inline when its pipe takes it; see :class:`MessageChannel`).
+
+        Raises:
+            UpstreamClosed: the connection is gone.
+        """
+        try:
+            await self.channel.send(message)
+        except trio.ClosedResourceError as exc:
+            raise UpstreamClosed(self.close_reason) from exc
+
+    async def give_up(self, pending: Pending[Waiter], reason: str) -> None:
+        """Stop waiting for ``pending``: MS04/MS09, tell the server to stop (never for initialize, LC09; not when
+        the caller asked for no cancellation). A late response is dropped by the engine."""
+        if self.closed.is_set():
+            return
+        cancel = self._engine.give_up(pending, reason)
+        if cancel is not None and pending.waiter.cancel_on_timeout:
+            await self._send_shielded(cancel)
 
     async def request(self, method: str, params: Mapping[str, Any] | None, *,
                       capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
@@ -343,33 +452,16 @@ class _Session:
                 is ``initialize`` or ``cancel_on_timeout`` is off).
             UpstreamClosed: the process went away first.
         """
-        if self.closed.is_set():
-            raise UpstreamClosed(self.close_reason)
-        options = self._upstream.options
-        body = dict(params) if params else {}
-        given = body.get("_meta")
-        meta = dict(given) if isinstance(given, Mapping) else {}  # the gateway refuses a non-object _meta first
-        if self.era is Era.MODERN and lane is not Era.LEGACY:
-            meta.update(request_meta(self.version, capabilities or {}, options.client_info, log_level=log_level))
-        if meta:
-            body["_meta"] = meta
         waiter = _Waiter(on_progress, cancel_on_timeout)
-        message, pending = self._engine.send_request(method, body or None, now=trio.current_time(), waiter=waiter,
-                                                     timeout=timeout, progress=with_progress_token, stream=stream)
-        if pending.deadline < self._armed_for:
-            self._rearm.set()
+        message, pending = self.start(method, params, waiter, capabilities=capabilities, log_level=log_level,
+                                      timeout=timeout, with_progress_token=with_progress_token, stream=stream,
+                                      lane=lane)
         try:
-            await self.channel.send(message)
+            await self.send(message)
             await waiter.event.wait()
-        except trio.ClosedResourceError as exc:
-            raise UpstreamClosed(self.close_reason) from exc
         finally:
-            if waiter.reply is None and not self.closed.is_set():
-                # MS04/MS09: the caller went away; tell the server to stop (never for initialize, LC09). A late
-                # response is dropped by the engine.
-                cancel = self._engine.give_up(pending, "cancelled by warden (timeout or caller)")
-                if cancel is not None and cancel_on_timeout:
-                    await self._send_shielded(cancel)
+            if waiter.reply is None and self._engine.is_pending(pending):
+                await self.give_up(pending, "cancelled by warden (timeout or caller)")
         if waiter.reply is None:
             raise UpstreamTimeout(f"{method} got no answer from the server within its deadline")
         key = keep_progress(waiter.reply) if keep_progress is not None and pending.token is not None else None
@@ -387,10 +479,7 @@ class _Session:
             self._engine.drop_progress(token)
 
     async def notify(self, method: str, params: Mapping[str, Any] | None = None) -> None:
-        try:
-            await self.channel.send(encode_notification(method, encode_json(params) if params else None))
-        except trio.ClosedResourceError as exc:
-            raise UpstreamClosed(self.close_reason) from exc
+        await self.send(encode_notification(method, encode_json(params) if params else None))
 
     async def _send_shielded(self, message: bytes) -> None:
         with trio.CancelScope(shield=True), trio.move_on_after(1.0), contextlib.suppress(trio.ClosedResourceError):
@@ -399,19 +488,18 @@ class _Session:
     # -- the one timer ------------------------------------------------------------------------------------------
 
     async def run_timer(self) -> None:
-        """Own every deadline of this session: sleep until the earliest, expire what ran out, and send each
-        expired request's cancellation (when its caller wants one)."""
+        """Own every deadline of this session: sleep until the earliest (a new request due sooner moves the sleep's
+        deadline, :meth:`start`, waking nobody), expire what ran out, and hand each expired request to its waiter,
+        after its cancellation (when its caller wants one)."""
         engine = self._engine
         while True:
-            self._armed_for = engine.next_deadline()
-            self._rearm = trio.Event()
-            with trio.move_on_at(self._armed_for):
-                await self._rearm.wait()
+            with trio.CancelScope(deadline=engine.next_deadline()) as self._alarm:
+                await trio.sleep_forever()
             for expired in engine.expire(trio.current_time()):
                 waiter = expired.pending.waiter
-                waiter.event.set()  # reply stays None: the request timed out
                 if expired.cancel is not None and waiter.cancel_on_timeout:
                     await self._send_shielded(expired.cancel)
+                await waiter.expired()
 
     # -- receiving ----------------------------------------------------------------------------------------------
 
@@ -431,15 +519,13 @@ class _Session:
 
     async def _on_event(self, event: SessionEvent, nursery: trio.Nursery) -> None:
         if isinstance(event, Answered | Dropped):
-            self._settled(event)
+            await self._settled(event)
         elif isinstance(event, IncomingNotification):
             await self._paced()
             await self._upstream.handler.on_notification(event.notification.method, event.notification.params)
         elif isinstance(event, Progress):
             await self._paced()
-            on_progress = event.pending.waiter.on_progress
-            if on_progress is not None:
-                await on_progress(event.params)
+            await event.pending.waiter.progress(event.params)
         elif isinstance(event, IncomingRequest):
             self._on_request(event, nursery)
         elif isinstance(event, Cancelled):
@@ -463,10 +549,9 @@ class _Session:
             now = trio.current_time()
         self._next_slot = max(self._next_slot, now) + interval
 
-    def _settled(self, event: Answered[_Waiter] | Dropped) -> None:
+    async def _settled(self, event: Answered[Waiter] | Dropped) -> None:
         if isinstance(event, Answered):
-            event.pending.waiter.reply = event.reply
-            event.pending.waiter.event.set()
+            await event.pending.waiter.settled(event.reply)
         else:
             # Invariant 9: a response to an id warden did not send (or already settled) is dropped, never routed.
             log.warning("%s: dropped a response: %s (id %s)", self._upstream.name, event.why,
@@ -509,7 +594,7 @@ class _Session:
         if event.answer is not None:
             await self._send_shielded(event.answer)
         elif message.id is not None and not message.is_request:
-            self._settled(self._engine.settle(message.id, Reply.failure(
+            await self._settled(self._engine.settle(message.id, Reply.failure(
                 INTERNAL_ERROR, f"the server sent an invalid response: {message.reason}")))
 
     def _params(self, raw: bytes | None) -> dict[str, Any]:
@@ -524,11 +609,10 @@ class _Session:
         self.close_reason = reason
         self.closed.set()
         for failed in self._engine.close(reason):
-            failed.pending.waiter.reply = failed.reply
-            failed.pending.waiter.event.set()
+            failed.pending.waiter.closed(failed.reply)
         for scope in self._server_requests.values():
             scope.cancel()
-        self._rearm.set()
+        self._alarm.cancel()
 
 
 @final
@@ -621,10 +705,8 @@ class Upstream:
         ``on_progress``. Raises ``UpstreamTimeout`` / ``UpstreamClosed`` and the fatal errors of
         :meth:`wait_connected`.
         """
-        if kwargs.get("lane") is Era.LEGACY and self._lane is not None and not self._lane.closed.is_set():
-            return await self._lane.request(method, params, **kwargs)
-        session = self._session
-        if session is None or not self._ready.is_set() or session.closed.is_set():
+        session = self.session_now(kwargs.get("lane"))
+        if session is None:
             timeout = kwargs.get("timeout") or self.options.request_timeout
             with trio.move_on_after(timeout) as scope:
                 await self.wait_connected()
@@ -633,6 +715,47 @@ class Upstream:
             session = self._session
             assert session is not None
         return await session.request(method, params, **kwargs)
+
+    def session_now(self, lane: Era | None = None) -> _Session | None:
+        """The live session a request on ``lane`` goes to at once (a legacy host's requests to a dual-era server
+        take its legacy session while that is up), or None while there is none to go to."""
+        if lane is Era.LEGACY and self._lane is not None and not self._lane.closed.is_set():
+            return self._lane
+        session = self._session
+        if session is None or not self._ready.is_set() or session.closed.is_set():
+            return None
+        return session
+
+    async def start_request(self, method: str, params: Mapping[str, Any] | None, waiter: Waiter, *,
+                            capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
+                            lane: Era | None = None) -> Sent:
+        """Send ``method`` on the live session (:meth:`session_now`) without waiting for its answer: the session's
+        reader hands the answer to ``waiter``, its timer the expiry, its end the failure (:class:`Waiter`). The
+        engine-driven path: the caller checked :meth:`session_now` first.
+
+        Raises:
+            UpstreamClosed: there is no live session, or it went away while the request was being written.
+        """
+        session = self.session_now(lane)
+        if session is None:
+            raise UpstreamClosed(f"the server {self.name!r} is not connected")
+        message, pending = session.start(method, params, waiter, capabilities=capabilities, log_level=log_level,
+                                         lane=lane)
+        try:
+            await session.send(message)
+        except UpstreamClosed:
+            await session.give_up(pending, "the request could not be written")
+            raise
+        return Sent(session, pending)
+
+    def legacy_lane_now(self) -> bool | None:
+        """Whether a legacy host's request goes to a legacy session of this dual-era server (see
+        :meth:`legacy_lane`), when that is known without waiting: True while the session is up, False once the
+        server refused one; None when asking would start or wait for one."""
+        if self._lane_refused:
+            return False
+        lane = self._lane
+        return True if lane is not None and not lane.closed.is_set() else None
 
     def release_progress(self, key: str) -> None:
         """Stop routing the progress of the request that became task ``key`` (it ended), on whichever session
