@@ -148,10 +148,17 @@ class MemoryConnector:
 class ScriptedHost:
     """The host's end of the stdio face, in memory."""
 
-    def __init__(self, stream: trio.testing.StapledStream[Any, Any]) -> None:
+    def __init__(self, stream: trio.testing.StapledStream[Any, Any], face: StdioHost | None = None) -> None:
         self._server = ScriptedServer(stream)
+        self._stream = stream
+        self.face = face
+        """The stdio face this host talks to (its :meth:`~warden.gateway.stdio.StdioHost.statistics`)."""
         self.seen = self._server.seen
         self._answers: dict[str, dict[str, Any]] = {}
+
+    async def close(self) -> None:
+        """Close the host's side, as a host that exits does."""
+        await self._stream.aclose()
 
     async def request(self, id_: object, method: str, params: dict[str, Any] | None = None) -> None:
         await self._server.send({"id": id_, "method": method, **({"params": params} if params is not None else {})})
@@ -206,7 +213,7 @@ async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, 
                         sandbox_digest="0" * 64, detail=guard.policy.audit_arguments.value)
     await recorder.pins(await guard.observe_identity())
     gateway = Gateway(name=name, guard=guard, recorder=recorder, signer=StateSigner(b"k" * 32),
-                      background=nursery, question_timeout=options.request_timeout)
+                      background=nursery, question_timeout=options.request_timeout, fast_path=True)
     upstream = Upstream(name=name, connector=connector, handler=gateway, options=options)
     gateway.bind(upstream)
     if start:
@@ -229,7 +236,7 @@ async def gateway_in_process(tmp: Path, script: Script, *,
         face = StdioHost(channel, gateway, question_timeout=options.max_request_time)
         nursery.start_soon(channel.serve_writer)
         nursery.start_soon(face.serve)
-        yield ScriptedHost(host_side), connector
+        yield ScriptedHost(host_side, face), connector
         nursery.cancel_scope.cancel()
 
 

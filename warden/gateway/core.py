@@ -21,7 +21,7 @@ import dataclasses
 import logging
 import secrets
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, final
 
@@ -32,7 +32,7 @@ from warden import audit
 from warden.consent import ApprovalRequest, WebhookApprovals
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.guard import Guard
-from warden.gateway.link import Caller, Context, HostLink, Sink, host_name
+from warden.gateway.link import Answer, Caller, Context, HostLink, Sink, Started, host_name
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.pinwatch import watch_file
 from warden.gateway.recorder import Recorder
@@ -91,7 +91,7 @@ from warden.protocol.messages import (
 from warden.protocol.paging import Pager
 from warden.protocol.request_state import StateClaims, StateSigner, binding_of, is_ours
 from warden.protocol.session import Reply
-from warden.upstream.connection import ServerDescription, Upstream
+from warden.upstream.connection import Sent, ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
 
@@ -278,14 +278,119 @@ def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
 
 
 @final
+class _Forwarding:
+    """A ``tools/call`` on the engine-driven path (:meth:`Gateway.start`), from its forward to its answer: the
+    upstream session's :class:`~warden.upstream.connection.Waiter` (settled in the server's reader, expired by its
+    timer, failed by its end) and the face's :class:`~warden.gateway.link.Started` (cancelled by the host). What
+    happens to an answer is what :meth:`Gateway._decided_and_forwarded` does after its forward, through the same
+    methods: shaped and screened (:meth:`Gateway._shape`), its task checked, its outcome recorded; and exactly
+    once, whichever comes first."""
+
+    __slots__ = ("_answer", "_ctx", "_description", "_done", "_gateway", "_link", "_params", "_request", "_sink",
+                 "entry", "index", "screen", "sent")
+
+    cancel_on_timeout: Final = True
+
+    def __init__(self, gateway: Gateway, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                 sink: Sink, answer: Answer) -> None:
+        self._gateway = gateway
+        self._request = request
+        self._ctx = ctx
+        self._params = params
+        self._link = link
+        self._sink = sink
+        self._answer = answer
+        self._description = gateway.upstream.description
+        self._done = False
+        self.entry = _InFlight(link, sink, ctx)
+        self.screen = _Screen(gateway.guard, params["name"])
+        self.index: int | None = None
+        self.sent: Sent | None = None
+
+    def _finish(self) -> bool:
+        """Mark the request finished (False when it already was): it no longer takes server questions."""
+        if self._done:
+            return False
+        self._done = True
+        self._gateway._in_flight.discard(self.entry)
+        return True
+
+    def failed(self, exc: WardenError) -> bytes:
+        """The error response for ``exc``, its outcome recorded (as :meth:`Gateway._decided_and_forwarded`)."""
+        if self._finish():
+            self._gateway.recorder.outcome(self.index, method=self._request.method, result=None, error=exc.message,
+                                           outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
+                                           redactions=self.screen.redactions())
+        return _rpc_error(self._request.id, exc)
+
+    def cancelled(self) -> None:
+        if self._finish():
+            self._gateway.recorder.outcome(self.index, method=self._request.method, result=None,
+                                           error="cancelled by the host", outcome=audit.Outcome.CANCELLED)
+
+    def _response(self, reply: Reply, shaped: bytes) -> bytes:
+        self._gateway._note_task(self._params, self._ctx, self._link, reply, self.index, tasks=False)
+        if self._finish():
+            self._gateway.recorder.outcome(self.index, method=self._request.method, result=reply.result,
+                                           error=reply.message or None, redactions=self.screen.redactions())
+        return shaped
+
+    def _shaped(self, reply: Reply) -> bytes | None:
+        assert self._description is not None
+        return self._gateway._shape(self._request, self._ctx, reply, self._description, self.screen, tasks=False)
+
+    # -- the upstream session's side (Waiter) -------------------------------------------------------------------
+
+    async def progress(self, params: dict[str, Any]) -> None:
+        await self._gateway._relay_progress(params, self._ctx, self._sink, self._link)
+
+    async def settled(self, reply: Reply) -> None:
+        try:
+            shaped = self._shaped(reply)
+            if shaped is None:  # a 2026 server's input_required: its questions vetted (recording waits for nothing)
+                shaped = encode_result(self._request.id, await self._gateway._passed_input_required(reply, self._ctx))
+            response = self._response(reply, shaped)
+        except WardenError as exc:
+            response = self.failed(exc)
+        await self._answer.send(response)
+
+    async def expired(self) -> None:
+        await self._answer.send(self.failed(UpstreamTimeout(
+            f"{self._request.method} got no answer from the server within its deadline")))
+
+    def closed(self, reply: Reply) -> None:
+        try:
+            shaped = self._shaped(reply)
+            assert shaped is not None, "a failure is shaped at once"
+            response = self._response(reply, shaped)
+        except WardenError as exc:
+            response = self.failed(exc)
+        self._answer.send_soon(response)
+
+    # -- the face's side (Started) ------------------------------------------------------------------------------
+
+    async def cancel(self) -> None:
+        if self._done:
+            return
+        self.cancelled()
+        if self.sent is not None:
+            await self.sent.abandon("cancelled by warden (timeout or caller)")
+
+
+@final
 class Gateway:
     """The protocol logic between hosts and one upstream. Construct, :meth:`bind` the upstream (which takes this
     gateway as its handler), then call :meth:`handle` per host request."""
 
     def __init__(self, *, name: str, guard: Guard, recorder: Recorder, signer: StateSigner,
                  background: trio.Nursery, question_timeout: float = 120.0,
-                 approvals: WebhookApprovals | None = None) -> None:
+                 approvals: WebhookApprovals | None = None, fast_path: bool = False) -> None:
         self._name = name
+        self._fast_path = fast_path
+        """Take :meth:`start` (no task per call) when a face offers it. Only worth it while recording a decision
+        does not wait (audit off): with the audit log on, each decision waits for its group commit, which must
+        not hold the host's reader, so calls keep a task each. Correctness does not rest on it: :meth:`start`
+        awaits the record like :meth:`handle` does."""
         self._approvals = approvals  # where a call to confirm goes when no one can be asked in-band
         self.guard = guard
         self.recorder = recorder
@@ -397,10 +502,72 @@ class Gateway:
         except WardenError as exc:
             return _rpc_error(request.id, exc)
 
+    async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
+        """The engine-driven path (issue 13 item 4): a ``tools/call`` that has nothing to wait for before it is
+        forwarded is decided and recorded in the host's reader and sent upstream with a continuation
+        (:class:`_Forwarding`) that the server's reader, the session's timer or its end completes, writing the
+        response to ``answer``; no task, cancel scope or event of its own. Returns None for anything else — a
+        request whose decision needs a human, whose list must be read or re-read, whose lane must be opened, a
+        flow source (its taint mark is written before the answer), a task, era translation, a refusal — which
+        then takes :meth:`handle` in a task. Both paths decide, record and shape with the same methods.
+        """
+        if not self._fast_path or request.method != "tools/call":
+            return None
+        prepared = self._prepared(request, link)
+        if isinstance(prepared, bytes):
+            return None
+        ctx, params = prepared
+        lane = self._lane_now(ctx, link)
+        if lane is None:
+            return None
+        ctx = self._on_lane(ctx, lane, params, link)
+        name = params.get("name")
+        if not isinstance(name, str) or "task" in params or ctx.upstream is not ctx.era \
+                or self._tasks_carried(ctx, link) or not self._lists_current(request.method) \
+                or self.guard.flow_role(name).source is not None:
+            return None
+        in_band = self._can_ask_in_band(link, ctx)
+        decision = self._decide(request.method, params, channel=in_band, session=link.session_key,
+                                approval_channel=not in_band and self._approvals is not None,
+                                principal=ctx.caller.principal)
+        if decision.effect is not Effect.ALLOW:
+            return None
+        arguments = params.get("arguments")
+        arguments = arguments if isinstance(arguments, dict) else None
+        forwarding = _Forwarding(self, request, ctx, params, link, sink, answer)
+        try:
+            forwarding.index = await self._allowed(request, "tool", name, decision, arguments,
+                                                   self.guard.screen_arguments(name, arguments)[1], ctx.caller)
+            forwarded = self._answered(strip_host_meta(self._screened_arguments(request.method, params)), ctx)
+            self._in_flight.add(forwarding.entry)  # the server may ask this request's host something (PX01)
+            forwarding.sent = await self.upstream.start_request(request.method, forwarded, forwarding,
+                                                                capabilities=self._declared(ctx),
+                                                                log_level=ctx.log_level, lane=ctx.upstream)
+        except WardenError as exc:
+            await answer.send(forwarding.failed(exc))
+        except trio.Cancelled:
+            forwarding.cancelled()
+            raise
+        return forwarding
+
     async def _dispatch(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        method = request.method
-        if method == "initialize":
+        if request.method == "initialize":
             return encode_result(request.id, encode_json(await self._initialize(link)))
+        prepared = self._prepared(request, link)
+        if isinstance(prepared, bytes):
+            return prepared
+        ctx, params = prepared
+        ctx = self._on_lane(ctx, await self._lane(ctx, link), params, link)
+        method = request.method
+        if method in ("resources/subscribe", "resources/unsubscribe") and ctx.upstream is not ctx.era:
+            return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
+        handler = self._handlers.get(method, self._forwarded)
+        return await handler(request, ctx, params, link, sink)
+
+    def _prepared(self, request: Request, link: HostLink) -> tuple[Context, dict[str, Any]] | bytes:
+        """A request's params and context (its ``upstream`` set by :meth:`_on_lane` once the lane is known), or
+        the error response for a request warden refuses on its face (bad ``_meta``, unknown version or method)."""
+        method = request.method
         params = decode_object(request.params)
         if not isinstance(params.get("_meta", {}), dict):
             return encode_error(request.id, INVALID_PARAMS, "params._meta must be an object")
@@ -418,20 +585,21 @@ class Gateway:
                           caller=Caller(host_name(meta.get(META_CLIENT_INFO)), link.principal))
             self.upstream.set_legacy_capabilities({})
         elif link.legacy is not None:
-            ctx = link.legacy.context(params.get("_meta", {}).get("progressToken"))
+            ctx = link.legacy.context()
         else:
             return encode_error(request.id, INVALID_PARAMS,
                                 "send initialize first, or carry the 2026-07-28 _meta (protocolVersion and "
                                 "clientCapabilities) on every request")
         if method not in CLIENT_REQUESTS[ctx.era]:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {method}")
-        lane = await self._lane(ctx, link)
-        if lane is not ctx.upstream:
-            ctx = dataclasses.replace(ctx, upstream=lane)
-        if method in ("resources/subscribe", "resources/unsubscribe") and ctx.upstream is not ctx.era:
-            return encode_error(request.id, METHOD_NOT_FOUND, f"warden does not carry {method} to this server")
-        handler = self._handlers.get(method, self._forwarded)
-        return await handler(request, ctx, params, link, sink)
+        return ctx, params
+
+    @staticmethod
+    def _on_lane(ctx: Context, lane: Era, params: dict[str, Any], link: HostLink) -> Context:
+        """``ctx`` travelling on ``lane``: a legacy host's context comes from its link (built once per lane)."""
+        if ctx.era is Era.LEGACY and link.legacy is not None:
+            return link.legacy.context(params.get("_meta", {}).get("progressToken"), lane)
+        return ctx if lane is ctx.upstream else dataclasses.replace(ctx, upstream=lane)
 
     # -- the handlers: one per method warden treats itself; everything else is forwarded as it is ---------------
 
@@ -496,6 +664,17 @@ class Gateway:
         if ctx.era is Era.LEGACY and description.era is Era.MODERN and link.legacy is not None and \
                 await self.upstream.legacy_lane(self.guard.declarable(link.legacy.capabilities, era=Era.LEGACY)):
             return Era.LEGACY
+        return description.era
+
+    def _lane_now(self, ctx: Context, link: HostLink) -> Era | None:
+        """:meth:`_lane` when it is known without waiting (the server is connected and its instructions were
+        checked, and a dual-era server's legacy session is up or was refused); None otherwise."""
+        description = self.upstream.description
+        if description is None or description is not self._observed or self.upstream.session_now() is None:
+            return None
+        if ctx.era is Era.LEGACY and description.era is Era.MODERN and link.legacy is not None:
+            lane = self.upstream.legacy_lane_now()
+            return None if lane is None else Era.LEGACY if lane else Era.MODERN
         return description.era
 
     async def _needs_human(self, method: str, params: Mapping[str, Any], ctx: Context, link: HostLink) -> bool:
@@ -594,17 +773,7 @@ class Gateway:
         extension is declared; a ``tools/call`` that becomes a task keeps its progress token routed until the task
         ends, MS11 — to ``link``'s own channel once the request's stream is gone)."""
         async def progress(update: dict[str, Any]) -> None:
-            if ctx.progress_token is None:
-                return
-            forwarded = dict(update)
-            forwarded["progressToken"] = ctx.progress_token
-            message = encode_notification("notifications/progress", encode_json(forwarded))
-            try:
-                await sink.send(message)
-            except trio.ClosedResourceError:
-                if link is not None and link.unsolicited is not None and link.unsolicited is not sink:
-                    with contextlib.suppress(trio.ClosedResourceError):
-                        await link.unsolicited.send(message)
+            await self._relay_progress(update, ctx, sink, link)
 
         def task_of(reply: Reply) -> str | None:
             try:
@@ -613,12 +782,32 @@ class Gateway:
                 return None
             return created[0] if created is not None else None
 
-        capabilities = self.guard.declarable(ctx.capabilities, era=Era.MODERN)
+        capabilities = self._declared(ctx)
         if tasks:
             capabilities["extensions"] = {TASKS_EXTENSION: {}}
         keep = task_of if tasks and method == "tools/call" and ctx.progress_token is not None else None
         return await self.upstream.request(method, params, capabilities=capabilities, log_level=ctx.log_level,
                                            on_progress=progress, lane=ctx.upstream, keep_progress=keep)
+
+    def _declared(self, ctx: Context) -> dict[str, Any]:
+        """What warden declares to a 2026 server on a request of ``ctx`` (``_meta``); a legacy session was told
+        once, at ``initialize``, so nothing is built for a request travelling on one."""
+        return self.guard.declarable(ctx.capabilities, era=Era.MODERN) if ctx.upstream is Era.MODERN else {}
+
+    async def _relay_progress(self, update: dict[str, Any], ctx: Context, sink: Sink, link: HostLink | None) -> None:
+        """The server's progress on a request of ``ctx``, under the host's own token, on the request's sink (or,
+        once that is gone, ``link``'s own channel: a task's progress outlives its request, MS11)."""
+        if ctx.progress_token is None:
+            return
+        forwarded = dict(update)
+        forwarded["progressToken"] = ctx.progress_token
+        message = encode_notification("notifications/progress", encode_json(forwarded))
+        try:
+            await sink.send(message)
+        except trio.ClosedResourceError:
+            if link is not None and link.unsolicited is not None and link.unsolicited is not sink:
+                with contextlib.suppress(trio.ClosedResourceError):
+                    await link.unsolicited.send(message)
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
                        sink: Sink, screen: _Screen | None = None, *, tasks: bool = False,
@@ -631,31 +820,42 @@ class Gateway:
         forwarded = self._answered(strip_host_meta(params), ctx)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks, link=link)
         for _ in range(MAX_INPUT_ROUNDS):
-            if not reply.ok:
-                assert reply.error is not None
-                return encode_error_object(reply.error, request.id), reply
-            assert reply.result is not None
-            kind, stated = self._result_type(reply.result, tasks=tasks) if ctx.upstream is Era.MODERN \
-                else ("complete", True)
-            shown = reply if screen is None or kind == "input_required" else Reply(result=screen(reply.result))
-            assert shown.result is not None
-            if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
-                return encode_result(request.id, shown.result), reply
-            if ctx.upstream is Era.MODERN:
-                if ctx.era is Era.MODERN and kind == "input_required":
-                    return encode_result(request.id, await self._passed_input_required(reply, ctx)), reply
-                if ctx.era is Era.MODERN:
-                    result = shown.result if stated else _state_complete(shown.result)
-                    return encode_result(request.id, result), reply
-                if kind == "input_required":
-                    reply = await self._relay_input_required(request.method, forwarded, ctx, sink,
-                                                             reply.result_dict())
-                    continue
-                return encode_result(request.id, encode_json(to_legacy_result(shown.result_dict()))), reply
-            return encode_result(request.id, encode_json(
-                to_modern_result(shown.result_dict(), request.method, description.server_info))), reply
+            shaped = self._shape(request, ctx, reply, description, screen, tasks=tasks)
+            if shaped is not None:
+                return shaped, reply
+            if ctx.era is Era.MODERN:
+                return encode_result(request.id, await self._passed_input_required(reply, ctx)), reply
+            reply = await self._relay_input_required(request.method, forwarded, ctx, sink, reply.result_dict())
         raise RemoteProtocolError(f"the server asked for input more than {MAX_INPUT_ROUNDS} times",
                                   jsonrpc_code=INTERNAL_ERROR)
+
+    def _shape(self, request: Request, ctx: Context, reply: Reply, description: ServerDescription,
+               screen: _Screen | None, *, tasks: bool) -> bytes | None:
+        """The server's reply as the host's response, shaped for its era, a result through ``screen`` first; None
+        for a 2026 server's ``input_required`` result, which needs a round of its own (:meth:`_forward`).
+
+        Raises:
+            PolicyError: the content rules refused the result.
+            RemoteProtocolError: the server's result is not one warden can carry.
+        """
+        if not reply.ok:
+            assert reply.error is not None
+            return encode_error_object(reply.error, request.id)
+        assert reply.result is not None
+        kind, stated = self._result_type(reply.result, tasks=tasks) if ctx.upstream is Era.MODERN \
+            else ("complete", True)
+        if kind == "input_required":
+            return None
+        shown = reply if screen is None else Reply(result=screen(reply.result))
+        assert shown.result is not None
+        if ctx.upstream is ctx.era and ctx.era is Era.LEGACY:
+            return encode_result(request.id, shown.result)
+        if ctx.upstream is Era.MODERN:
+            if ctx.era is Era.MODERN:
+                return encode_result(request.id, shown.result if stated else _state_complete(shown.result))
+            return encode_result(request.id, encode_json(to_legacy_result(shown.result_dict())))
+        return encode_result(request.id, encode_json(
+            to_modern_result(shown.result_dict(), request.method, description.server_info)))
 
     # -- multi-round requests warden runs itself (PX07) ----------------------------------------------------------
 
@@ -1080,10 +1280,8 @@ class Gateway:
                                     approval_channel=asker is None and self._approvals is not None,
                                     principal=caller.principal)
             if decision.effect is Effect.ALLOW:
-                return await self.recorder.decided(
-                    method=method, target=name, decision=decision, approval=self.guard.approval(kind, name),
-                    request=request.raw, arguments=arguments, findings=findings, confirmed=confirmed is not None,
-                    caller=caller, consent=via)
+                return await self._allowed(request, kind, name, decision, arguments, findings, caller,
+                                           confirmed=confirmed is not None, via=via)
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
@@ -1121,6 +1319,27 @@ class Gateway:
         await self.recorder.decided(method=method, target=name, decision=decision, approval=None, request=None,
                                     arguments=arguments, findings=findings, caller=caller)
         raise self.guard.refuse(decision)
+
+    async def _allowed(self, request: Request, kind: EntryKind, name: str, decision: Decision,
+                       arguments: Mapping[str, Any] | None, findings: Sequence[ContentFinding], caller: Caller, *,
+                       confirmed: bool = False, via: audit.Consent | None = None) -> int | None:
+        """Record an allowed request's decision durably (write-ahead); returns the record's index.
+
+        Raises:
+            AuditError: the log could not take it: the request is refused.
+        """
+        return await self.recorder.decided(
+            method=request.method, target=name, decision=decision, approval=self.guard.approval(kind, name),
+            request=request.raw, arguments=arguments, findings=findings, confirmed=confirmed, caller=caller,
+            consent=via)
+
+    def _lists_current(self, method: str) -> bool:
+        """Whether :meth:`_know_lists` has nothing to wait for: the list a decision on ``method`` rests on is known
+        and no change the server announced is being re-read."""
+        list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
+        if list_method is None or not self.guard.knows(list_method):
+            return False
+        return not any(m in (list_method, "resources/list", "resources/templates/list") for m in self._stale)
 
     async def _know_lists(self, method: str) -> None:
         """The lists a decision on ``method`` depends on are known and current (re-read if the server changed

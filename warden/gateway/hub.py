@@ -34,7 +34,7 @@ from warden import __version__
 from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.gateway.core import NO_SINK, Gateway
-from warden.gateway.link import HostLink, LegacyHost, Rewritten, Sink
+from warden.gateway.link import Answer, HostLink, LegacyHost, Rewritten, Sink, Started
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     MAX_TASKS,
@@ -362,6 +362,10 @@ class Hub:
         for member in self.members.values():
             if member.own is None:  # one process per principal: each starts on its principal's first use
                 await self._start(member)
+
+    async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
+        """Behind the hub every request takes :meth:`handle` in a task (it routes by name between gateways)."""
+        return None
 
     async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""

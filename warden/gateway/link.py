@@ -48,6 +48,28 @@ class Rewritten:
             await self._sink.send(shown)
 
 
+class Answer(Protocol):
+    """Where a request taken by the engine-driven path (:meth:`Served.start`) gets its response: the face turns it
+    into the host's answer (none for a request the host cancelled, PX19) on the host's channel."""
+
+    async def send(self, response: bytes) -> None:
+        """Deliver the response; may wait while the host is not reading (that wait is the back-pressure)."""
+        ...
+
+    def send_soon(self, response: bytes) -> None:
+        """Deliver the response from code that must not wait (a server connection being torn down)."""
+        ...
+
+
+class Started(Protocol):
+    """A request the engine-driven path took: in flight upstream, or already answered."""
+
+    async def cancel(self) -> None:
+        """The host cancelled it or went away: the server is told to stop, the outcome is recorded as cancelled,
+        and the host gets no answer."""
+        ...
+
+
 class Served(Protocol):
     """What a face (stdio, HTTP) serves hosts in front of: one server's :class:`~warden.gateway.core.Gateway`, or
     the :class:`~warden.gateway.hub.Hub` of ``warden serve``."""
@@ -65,6 +87,11 @@ class Served(Protocol):
         ...
 
     async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes: ...
+
+    async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
+        """Take ``request`` on the engine-driven path (no task of its own: it is decided in the host's reader and
+        answered from the server's), or return None: the face then runs :meth:`handle` in a task."""
+        ...
 
     async def host_notification(self, note: Notification, link: HostLink) -> None: ...
 
@@ -109,17 +136,19 @@ class LegacyHost:
     log_level: str | None = None
     initialized: bool = False
     host_capabilities: HostCapabilities = field(init=False)
-    _context: Context | None = field(default=None, init=False, repr=False)
+    _contexts: dict[Era, Context] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.host_capabilities = HostCapabilities.from_client_capabilities(self.capabilities)
 
-    def context(self, progress_token: Any = None) -> Context:
-        """The context of one request of this host (``logging/setLevel`` may have changed the level since)."""
-        cached = self._context
+    def context(self, progress_token: Any = None, upstream: Era = Era.MODERN) -> Context:
+        """The context of one request of this host travelling on the server session of era ``upstream``: built
+        once per lane (again only when ``logging/setLevel`` changed the level), copied only for a request that
+        carries a progress token."""
+        cached = self._contexts.get(upstream)
         if cached is None or cached.log_level != self.log_level:
-            cached = self._context = Context(Era.LEGACY, self.version, self.capabilities, self.log_level,
-                                             caller=self.caller)
+            cached = self._contexts[upstream] = Context(Era.LEGACY, self.version, self.capabilities, self.log_level,
+                                                        upstream=upstream, caller=self.caller)
         return cached if progress_token is None else dataclasses.replace(cached, progress_token=progress_token)
 
 

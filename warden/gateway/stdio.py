@@ -2,20 +2,23 @@
 
 The host's messages go through its link's session engine (:class:`~warden.protocol.session.Session`), which
 refuses a request id already in flight, maps the host's ``notifications/cancelled`` to the request it names (whose
-answer it then suppresses), and settles the host's answers to warden's questions. Each request runs in its own
-task, so a slow tool never blocks the others. Unreadable input is answered with the JSON-RPC error that fits when
-its id can be found, and otherwise dropped and logged.
+answer it then suppresses), and settles the host's answers to warden's questions. A call the gateway can forward at
+once takes the engine-driven path (:meth:`~warden.gateway.link.Served.start`): decided in this reader, answered
+from the server's, no task of its own. Any other request runs in its own task, so a slow tool never blocks the
+others. Unreadable input is answered with the JSON-RPC error that fits when its id can be found, and otherwise
+dropped and logged.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import final
 
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.gateway.link import HostLink, Served
+from warden.gateway.link import HostLink, Served, Started
 from warden.protocol.messages import INVALID_REQUEST, decode_object, encode_error
 from warden.protocol.session import (
     Answered,
@@ -33,6 +36,52 @@ log = logging.getLogger(__name__)
 
 
 @final
+@dataclass(frozen=True, slots=True)
+class StdioStatistics:
+    """How the host's requests were carried: ``inline`` on the engine-driven path, ``tasks`` each in a task of its
+    own; ``in_flight``: engine-driven requests not answered yet."""
+
+    inline: int
+    tasks: int
+    in_flight: int
+
+
+@final
+class _Call:
+    """One request of the host on the engine-driven path: where its response goes (:class:`~warden.gateway.link.
+    Answer`), and what the host's cancellation reaches."""
+
+    __slots__ = ("_event", "_host", "answered", "started")
+
+    def __init__(self, host: StdioHost, event: IncomingRequest) -> None:
+        self._host = host
+        self._event = event
+        self.answered = False
+        self.started: Started | None = None
+
+    def _respond(self, response: bytes) -> bytes | None:
+        """The answer to write (None: the host cancelled the request, PX19), and the call forgotten."""
+        self.answered = True
+        self._host.forget(self._event.key)
+        return self._host.link.session.respond(self._event.key, self._event.request.id, response)
+
+    async def send(self, response: bytes) -> None:
+        answer = self._respond(response)
+        if answer is not None:
+            await self._host.send(answer)
+
+    def send_soon(self, response: bytes) -> None:
+        answer = self._respond(response)
+        if answer is not None:
+            self._host.send_soon(answer)
+
+    async def cancel(self) -> None:
+        self._respond(b"")
+        if self.started is not None:
+            await self.started.cancel()
+
+
+@final
 class StdioHost:
     """Serve the host on ``channel``. :meth:`serve` returns when the host closes its side."""
 
@@ -42,30 +91,47 @@ class StdioHost:
         self.link = HostLink("host", question_timeout=question_timeout)
         self.link.unsolicited = channel
         self._tasks: dict[tuple[str, object], trio.CancelScope] = {}
+        self._calls: dict[tuple[str, object], _Call] = {}
+        self._nursery: trio.Nursery | None = None
+        self._inline = 0
+        self._tasked = 0
+
+    def statistics(self) -> StdioStatistics:
+        return StdioStatistics(self._inline, self._tasked, len(self._calls))
 
     async def serve(self) -> None:
         self._gateway.attach(self.link)
         session = self.link.session
         try:
             async with trio.open_nursery() as nursery:
-                while True:
-                    batch = await self._channel.receive_batch()
-                    if not batch:
-                        break
-                    for message in batch:
-                        for event in session.receive(message, now=trio.current_time()):
-                            await self._on_event(event, nursery)
+                self._nursery = nursery
+                try:
+                    while True:
+                        batch = await self._channel.receive_batch()
+                        if not batch:
+                            break
+                        for message in batch:
+                            for event in session.receive(message, now=trio.current_time()):
+                                await self._on_event(event, nursery)
+                finally:
+                    self._nursery = None
+                    with trio.CancelScope(shield=True):
+                        for call in list(self._calls.values()):  # the host left: its calls end as cancelled
+                            await call.cancel()
                 nursery.cancel_scope.cancel()
         finally:
             self._gateway.detach(self.link)
 
     async def _on_event(self, event: Event, nursery: trio.Nursery) -> None:
         if isinstance(event, IncomingRequest):
-            self._start(event, nursery)
+            await self._start(event, nursery)
         elif isinstance(event, Cancelled):
             scope = self._tasks.get(event.key)
             if scope is not None:
                 scope.cancel()  # PX19: the upstream request is cancelled as the task unwinds
+            call = self._calls.get(event.key)
+            if call is not None:
+                await call.cancel()  # PX19: cancelled upstream; the host gets no answer
         elif isinstance(event, IncomingNotification):
             if event.notification.method != "notifications/cancelled":  # one for no request in flight: nothing
                 await self._gateway.host_notification(event.notification, self.link)
@@ -74,7 +140,7 @@ class StdioHost:
         elif isinstance(event, InvalidIncoming):
             await self._on_invalid(event)
 
-    def _start(self, event: IncomingRequest, nursery: trio.Nursery) -> None:
+    async def _start(self, event: IncomingRequest, nursery: trio.Nursery) -> None:
         request = event.request
         if request.method == "initialize":
             try:
@@ -83,12 +149,26 @@ class StdioHost:
                 error = self.link.session.respond(event.key, request.id,
                                                   encode_error(request.id, exc.jsonrpc_code, exc.message))
                 if error is not None:
-                    nursery.start_soon(self._send, error)
+                    nursery.start_soon(self.send, error)
                 return
             self._gateway.expect_legacy_host()  # this face has one host, and it is a legacy one
+        else:
+            call = _Call(self, event)
+            self._calls[event.key] = call
+            started = await self._gateway.start(request, self.link, self._channel, call)
+            if started is not None:
+                self._inline += 1
+                call.started = started
+                return
+            self.forget(event.key)
+        self._tasked += 1
         scope = trio.CancelScope()
         self._tasks[event.key] = scope
         nursery.start_soon(self._run, event, scope)
+
+    def forget(self, key: tuple[str, object]) -> None:
+        """An engine-driven call was answered or cancelled."""
+        self._calls.pop(key, None)
 
     async def _run(self, event: IncomingRequest, scope: trio.CancelScope) -> None:
         response: bytes | None = None
@@ -99,21 +179,28 @@ class StdioHost:
                 self._tasks.pop(event.key, None)
         answer = self.link.session.respond(event.key, event.request.id, response or b"")
         if response is not None and answer is not None and not scope.cancelled_caught:
-            await self._send(answer)
+            await self.send(answer)
         # A request the host cancelled gets no response.
 
     async def _on_invalid(self, event: InvalidIncoming) -> None:
         message = event.invalid
         log.warning("invalid message from the host: %s", message.reason)
         if event.answer is not None:
-            await self._send(event.answer)
+            await self.send(event.answer)
         elif message.id is not None and not message.is_request:
             # An unreadable answer to a question warden asked: the question fails now, not at its timeout.
             self.link.answer(message.id, Reply.failure(INVALID_REQUEST,
                                                        f"the client sent an invalid response: {message.reason}"))
 
-    async def _send(self, message: bytes) -> None:
+    async def send(self, message: bytes) -> None:
+        """Write one message to the host (a host that went away loses it, logged)."""
         try:
             await self._channel.send(message)
         except trio.ClosedResourceError:
             log.debug("host went away before a message could be sent")
+
+    def send_soon(self, message: bytes) -> None:
+        """:meth:`send` from code that must not wait (a server connection torn down under engine-driven calls):
+        a task of this face's nursery, if the face still serves."""
+        if self._nursery is not None:
+            self._nursery.start_soon(self.send, message)
