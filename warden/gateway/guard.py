@@ -66,6 +66,7 @@ from warden.policy import (
     classify,
     decide,
     filter_roots,
+    glob_match,
     identity_digest,
     resolve_argument_paths,
     screen_arguments,
@@ -144,6 +145,12 @@ class Guard:
         self._instructions_digest: str | None = None
         self._watched = False
         self._generation = 0
+        self._observed = 0
+        """Counts what this guard observed (lists, instructions): with the store's revision, the validity of
+        :attr:`_decisions`."""
+        self._decisions: dict[tuple[str, str | None, bool, bool], Decision] = {}
+        self._approvals: dict[tuple[EntryKind, str], PinEntry | None] = {}
+        self._decided_on: tuple[int, int] = (-1, -1)
 
     @property
     def server(self) -> str:
@@ -204,6 +211,7 @@ class Guard:
             lambda: self.store.observe_instructions(self.server, instructions, on_new=self.policy.on_new.value))
         self._report(detections)
         self._instructions_digest = digest(instructions)
+        self._observed += 1
         return detections
 
     def instructions_state(self, principal: str | None = None) -> PinState:
@@ -249,6 +257,7 @@ class Guard:
             lambda: self.store.observe_list(self.server, kind, list(items), on_new=self.policy.on_new.value,
                                             namespaced=self.namespaced))
         self._digests[kind] = dict(observation.digests)
+        self._observed += 1
         if kind == "tool":
             self._roles = {item["name"]: classify(
                 self.policy.flow, self.server, item["name"], item.get("annotations"),
@@ -320,10 +329,29 @@ class Guard:
 
     # -- requests -----------------------------------------------------------------------------------------------
 
+    def _cached(self) -> None:
+        """Drop every cached decision and approval unless the store and what this guard observed are exactly as
+        they were when they were made (the policy never changes under a guard: a reload makes a new one)."""
+        now = (self.store.revision, self._observed)
+        if now != self._decided_on:
+            self._decisions.clear()
+            self._approvals.clear()
+            self._decided_on = now
+
     def approval(self, kind: EntryKind, key: str) -> PinEntry | None:
         """The approved pin entry an allowed request rests on (for the audit record), if any."""
-        entry = self.store.get(self.server, kind, key, refresh=False)
+        self._cached()
+        found = (kind, key) in self._approvals
+        entry = self._approvals[(kind, key)] if found else self.store.get(self.server, kind, key, refresh=False)
+        if not found:
+            self._approvals[(kind, key)] = entry
         return entry if entry is not None and entry.state is PinState.APPROVED else None
+
+    def _names_only(self, tool: str, role: FlowRole) -> bool:
+        """Whether a call of ``tool`` is decided on its name alone: no argument rule names it and it is no flow sink
+        (so neither arguments, resolved paths nor taint reach :func:`decide`; content findings are checked by the
+        caller)."""
+        return role.sink is None and not any(glob_match(rule.rule.tool, tool) for rule in self.policy.arguments)
 
     def _pin(self, kind: EntryKind, key: str, principal: str | None) -> PinState:
         digest = self._digests.get(kind, {}).get(key)
@@ -337,22 +365,36 @@ class Guard:
         warden can put a question to it); ``approval_channel``: one can be asked out of band (a webhook) to
         confirm it. ``session``: the host session's key, whose taint a flow sink is decided against;
         ``principal``: whom the HTTP face authenticated, whose approvals count. Reads the store once (another
-        terminal's approvals count at once)."""
+        terminal's approvals count at once).
+
+        A call decided on its name alone (:meth:`_names_only`, no credential to refuse in its arguments, nothing
+        confirmed) gets the decision made last time for the same tool, principal and channels, as long as neither
+        the store nor the lists changed since (:meth:`_cached`): exactly what deciding again would give."""
         self._fresh()
-        held = self.quarantine(principal)
-        if held is not None and not channel:
-            return held
         role = self._roles.get(tool, NEUTRAL)
         _, findings = self.screen_arguments(tool, arguments)
-        taint: tuple[TaintMark, ...] = ()
-        if role.sink is not None and session is not None:
-            taint = self._taint(session)
-        return decide(ToolCallFacts(
-            self.policy, tool, self._pin("tool", tool, principal), self.server_state(principal), arguments,
-            consent_channel=channel,
-            confirmed_arguments_digest=confirmed_digest,
-            resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
-            session=session, approval_channel=approval_channel, content_findings=findings))
+        key: tuple[str, str | None, bool, bool] | None = None
+        if confirmed_digest is None and not any(f.action == "deny" for f in findings) and \
+                self._names_only(tool, role):
+            self._cached()
+            key = (tool, principal, channel, approval_channel)
+            cached = self._decisions.get(key)
+            if cached is not None:
+                return cached
+        decision = self.quarantine(principal)
+        if decision is None or channel:
+            taint: tuple[TaintMark, ...] = ()
+            if role.sink is not None and session is not None:
+                taint = self._taint(session)
+            decision = decide(ToolCallFacts(
+                self.policy, tool, self._pin("tool", tool, principal), self.server_state(principal), arguments,
+                consent_channel=channel,
+                confirmed_arguments_digest=confirmed_digest,
+                resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
+                session=session, approval_channel=approval_channel, content_findings=findings))
+        if key is not None:
+            self._decisions[key] = decision
+        return decision
 
     # -- content rules: credentials in arguments and results ----------------------------------------------------
 

@@ -189,6 +189,9 @@ class PinStore:
         self.generation = 0
         """Counts the times this store found the file changed by someone else (another process): never by its
         own writes. Each reader sharing the store (``warden serve``'s gateways) compares it with what it saw."""
+        self.revision = 0
+        """Counts every change of what this store holds, a reload or its own write: whatever a reader derived from
+        the store (a cached decision) holds exactly while this is unchanged."""
 
     @property
     def path(self) -> Path:
@@ -235,6 +238,7 @@ class PinStore:
         if stamp != self._stamp or (stamp is None and self._data.servers):
             self._data, self._stamp = self._read()
             self.generation += 1
+            self.revision += 1
             return True
         return False
 
@@ -295,6 +299,7 @@ class PinStore:
             if data.model_dump_json() != before:
                 self._write(data)
             self._data, self._stamp = self._read()
+            self.revision += 1
 
     def _write(self, data: _File) -> None:
         """Replace ``pins.json`` atomically and durably (the caller holds the store's lock)."""
