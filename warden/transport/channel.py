@@ -4,7 +4,10 @@ stdin/stdout).
 Reading: chunks go through the :class:`~warden.protocol.framing.LineFramer` (hard size cap) and
 :func:`~warden.protocol.messages.parse_message`; the caller gets every message of a chunk at once. A line over the
 cap comes back as an :class:`~warden.protocol.messages.Invalid` like any other unreadable line, with the id found
-in its first bytes, so callers handle one kind of bad input.
+in its first bytes, so callers handle one kind of bad input. On a pipe, the chunk is read with a non-blocking
+``os.read`` and the reader waits for the pipe only when it is empty, so a reader that just waited does not pass
+through the scheduler once more before reading (``FdStream.receive_some`` always does); a chunk that was there
+already is handed over after a schedule point, so a peer that floods cannot keep other tasks from running.
 
 Writing: when nothing is queued and the writer is idle, :meth:`MessageChannel.send` writes the message at once with
 a non-blocking ``os.write`` on the pipe (the fast path: no task wakes up for it). Whatever the pipe does not take
@@ -95,6 +98,13 @@ class _Outbox:
         self._space.unpark_all()
 
 
+def _read_error(exc: OSError) -> trio.ClosedResourceError | trio.BrokenResourceError:
+    """A failed read as ``FdStream.receive_some`` reports it: a closed descriptor, or a broken stream."""
+    if exc.errno == errno.EBADF:
+        return trio.ClosedResourceError("the stream was closed")
+    return trio.BrokenResourceError(str(exc))
+
+
 @final
 class MessageChannel:
     """Messages in and out over two byte streams. Run :meth:`serve_writer` in a nursery while the channel is used.
@@ -120,6 +130,9 @@ class MessageChannel:
         self._eof = False
         fileno = getattr(send_stream, "fileno", None)
         self._fd: int | None = fileno() if callable(fileno) else None
+        fileno = getattr(receive_stream, "fileno", None)
+        self._read_fd: int | None = fileno() if callable(fileno) else None
+        self._drained = False
 
     @property
     def max_message_size(self) -> int:
@@ -132,7 +145,8 @@ class MessageChannel:
             if self._eof:
                 return []
             try:
-                data = await self._receive_stream.receive_some(READ_CHUNK)
+                data = await (self._receive_stream.receive_some(READ_CHUNK) if self._read_fd is None
+                              else self._read_pipe(self._read_fd))
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 data = b""
             if not data:
@@ -143,6 +157,32 @@ class MessageChannel:
             if frames or self._eof:
                 break
         return [self._oversized(frame) if isinstance(frame, Oversized) else parse_message(frame) for frame in frames]
+
+    async def _read_pipe(self, fd: int) -> bytes:
+        """The next chunk of a non-blocking pipe (``b""`` at its end), with one cancel point and one schedule point
+        like any trio read: the wait when the pipe is empty, else a yield before the chunk is handed over. After a
+        chunk shorter than asked for (the pipe was emptied) it waits first, sparing a read that would find nothing.
+
+        Raises:
+            trio.ClosedResourceError: the stream was closed under the reader.
+            trio.BrokenResourceError: the read failed.
+        """
+        await trio.lowlevel.checkpoint_if_cancelled()
+        waited = self._drained
+        while True:
+            try:
+                if waited:
+                    await trio.lowlevel.wait_readable(fd)
+                data = os.read(fd, READ_CHUNK)
+            except BlockingIOError:
+                waited = True
+                continue
+            except OSError as exc:
+                raise _read_error(exc) from exc
+            if not waited:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            self._drained = len(data) < READ_CHUNK
+            return data
 
     def _oversized(self, frame: Oversized) -> Invalid:
         id_raw, is_request = scan_prefix(frame.prefix)
