@@ -217,3 +217,25 @@ async def test_PX01_a_server_question_during_an_engine_driven_call_reaches_its_h
         await host.send({"jsonrpc": "2.0", "id": question["id"], "result": {"roots": [{"uri": "file:///tmp"}]}})
         assert (await host.response(1))["result"]["content"][0]["text"] == "roots 1"
         assert inline(host) == 1
+
+
+async def test_a_call_refused_on_its_face_is_answered_as_before(
+        tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """What the engine-driven path does not take is answered by the task path, unchanged: a malformed 2026
+    ``_meta`` (-32602), an unknown tool (refused, never forwarded), a call with a ``task`` the server offers no
+    tasks for."""
+    async with gateway_in_process(tmp_path, legacy_server) as (host, connector):
+        await ready(host)
+        await host.request(1, "tools/call", {"name": "echo", "arguments": {},
+                                             "_meta": {"io.modelcontextprotocol/protocolVersion": 5}})
+        assert (await host.response(1))["error"]["code"] == -32602
+        await host.request(2, "tools/call", {"name": "nope", "arguments": {}})
+        assert "nope" in (await host.response(2))["error"]["message"]
+        await host.request(3, "tools/call", {"name": "echo", "arguments": {}, "task": {}})
+        assert (await host.response(3))["error"]["code"] == -32602
+        await host.request(4, "tools/call", {"name": "echo", "arguments": {}})
+        assert (await host.response(4))["result"]["content"][0]["text"] == "echo"
+        server = connector.connections[-1].server
+        assert [m["params"]["name"] for m in server.seen if m.get("method") == "tools/call"] == ["echo"]
+        assert host.face is not None
+        assert host.face.statistics().inline == 1

@@ -513,25 +513,13 @@ class Gateway:
         """
         if not self._fast_path or request.method != "tools/call":
             return None
-        prepared = self._prepared(request, link)
-        if isinstance(prepared, bytes):
+        try:
+            taken = self._taken(request, link)
+        except WardenError:
+            return None  # a malformed _meta, an unreadable pin store: handle() answers it as it always did
+        if taken is None:
             return None
-        ctx, params = prepared
-        lane = self._lane_now(ctx, link)
-        if lane is None:
-            return None
-        ctx = self._on_lane(ctx, lane, params, link)
-        name = params.get("name")
-        if not isinstance(name, str) or "task" in params or ctx.upstream is not ctx.era \
-                or self._tasks_carried(ctx, link) or not self._lists_current(request.method) \
-                or self.guard.flow_role(name).source is not None:
-            return None
-        in_band = self._can_ask_in_band(link, ctx)
-        decision = self._decide(request.method, params, channel=in_band, session=link.session_key,
-                                approval_channel=not in_band and self._approvals is not None,
-                                principal=ctx.caller.principal)
-        if decision.effect is not Effect.ALLOW:
-            return None
+        ctx, params, name, decision = taken
         arguments = params.get("arguments")
         arguments = arguments if isinstance(arguments, dict) else None
         forwarding = _Forwarding(self, request, ctx, params, link, sink, answer)
@@ -549,6 +537,28 @@ class Gateway:
             forwarding.cancelled()
             raise
         return forwarding
+
+    def _taken(self, request: Request, link: HostLink) -> tuple[Context, dict[str, Any], str, Decision] | None:
+        """What :meth:`start` needs of a call it takes (context, params, tool, an ALLOW decided as
+        :meth:`_authorize` decides it), or None when the call is not one it takes."""
+        prepared = self._prepared(request, link)
+        if isinstance(prepared, bytes):
+            return None
+        ctx, params = prepared
+        lane = self._lane_now(ctx, link)
+        if lane is None:
+            return None
+        ctx = self._on_lane(ctx, lane, params, link)
+        name = params.get("name")
+        if not isinstance(name, str) or "task" in params or ctx.upstream is not ctx.era \
+                or self._tasks_carried(ctx, link) or not self._lists_current(request.method) \
+                or self.guard.flow_role(name).source is not None:
+            return None
+        in_band = self._can_ask_in_band(link, ctx)
+        decision = self._decide(request.method, params, channel=in_band, session=link.session_key,
+                                approval_channel=not in_band and self._approvals is not None,
+                                principal=ctx.caller.principal)
+        return (ctx, params, name, decision) if decision.effect is Effect.ALLOW else None
 
     async def _dispatch(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         if request.method == "initialize":
