@@ -308,11 +308,13 @@ class _Forwarding:
         self.sent: Sent | None = None
 
     def _finish(self) -> bool:
-        """Mark the request finished (False when it already was): it no longer takes server questions."""
+        """Mark the request finished (False when it already was): it no longer takes server questions, and it lets
+        go of its pending entry (which holds it as its waiter), so no reference cycle is left for the collector."""
         if self._done:
             return False
         self._done = True
         self._gateway._in_flight.discard(self.entry)
+        self.sent = None
         return True
 
     def failed(self, exc: WardenError) -> bytes:
@@ -370,11 +372,12 @@ class _Forwarding:
     # -- the face's side (Started) ------------------------------------------------------------------------------
 
     async def cancel(self) -> None:
+        sent = self.sent
         if self._done:
             return
         self.cancelled()
-        if self.sent is not None:
-            await self.sent.abandon("cancelled by warden (timeout or caller)")
+        if sent is not None:
+            await sent.abandon("cancelled by warden (timeout or caller)")
 
 
 @final
@@ -1349,7 +1352,8 @@ class Gateway:
         list_method = {"tools/call": "tools/list", "prompts/get": "prompts/list"}.get(method)
         if list_method is None or not self.guard.knows(list_method):
             return False
-        return not any(m in (list_method, "resources/list", "resources/templates/list") for m in self._stale)
+        return not self._stale or not any(m in (list_method, "resources/list", "resources/templates/list")
+                                          for m in self._stale)
 
     async def _know_lists(self, method: str) -> None:
         """The lists a decision on ``method`` depends on are known and current (re-read if the server changed

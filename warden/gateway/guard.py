@@ -151,6 +151,8 @@ class Guard:
         self._decisions: dict[tuple[str, str | None, bool, bool], Decision] = {}
         self._approvals: dict[tuple[EntryKind, str], PinEntry | None] = {}
         self._decided_on: tuple[int, int] = (-1, -1)
+        self._named_by_arguments: dict[str, bool] = {}
+        """Whether an argument rule of the policy names a tool (the policy never changes under a guard)."""
 
     @property
     def server(self) -> str:
@@ -351,7 +353,11 @@ class Guard:
         """Whether a call of ``tool`` is decided on its name alone: no argument rule names it and it is no flow sink
         (so neither arguments, resolved paths nor taint reach :func:`decide`; content findings are checked by the
         caller)."""
-        return role.sink is None and not any(glob_match(rule.rule.tool, tool) for rule in self.policy.arguments)
+        named = self._named_by_arguments.get(tool)
+        if named is None:
+            named = self._named_by_arguments[tool] = any(glob_match(rule.rule.tool, tool)
+                                                         for rule in self.policy.arguments)
+        return role.sink is None and not named
 
     def _pin(self, kind: EntryKind, key: str, principal: str | None) -> PinState:
         digest = self._digests.get(kind, {}).get(key)

@@ -62,6 +62,7 @@ class _Call:
     def _respond(self, response: bytes) -> bytes | None:
         """The answer to write (None: the host cancelled the request, PX19), and the call forgotten."""
         self.answered = True
+        self.started = None  # the gateway's side holds this call: no cycle is left behind
         self._host.forget(self._event.key)
         return self._host.link.session.respond(self._event.key, self._event.request.id, response)
 
@@ -76,9 +77,10 @@ class _Call:
             self._host.send_soon(answer)
 
     async def cancel(self) -> None:
+        started = self.started
         self._respond(b"")
-        if self.started is not None:
-            await self.started.cancel()
+        if started is not None:
+            await started.cancel()
 
 
 @final
@@ -158,7 +160,8 @@ class StdioHost:
             started = await self._gateway.start(request, self.link, self._channel, call)
             if started is not None:
                 self._inline += 1
-                call.started = started
+                if not call.answered:
+                    call.started = started
                 return
             self.forget(event.key)
         self._tasked += 1

@@ -380,6 +380,8 @@ class _Session:
         self._alarm = trio.CancelScope()
         """The timer's sleep (:meth:`run_timer`): a request due before it moves its deadline earlier, which wakes
         nobody until then."""
+        self._alarm_at = math.inf
+        """The alarm's deadline (read on every request: a float, not the scope's property)."""
         self._next_slot = -math.inf
         """When the next notification may be read, under ``notification_rate``."""
         self.closed = trio.Event()
@@ -411,8 +413,8 @@ class _Session:
             body["_meta"] = meta
         message, pending = self._engine.send_request(method, body or None, now=trio.current_time(), waiter=waiter,
                                                      timeout=timeout, progress=with_progress_token, stream=stream)
-        if pending.deadline < self._alarm.deadline:
-            self._alarm.deadline = pending.deadline
+        if pending.deadline < self._alarm_at:
+            self._alarm.deadline = self._alarm_at = pending.deadline
         return message, pending
 
     async def send(self, message: bytes) -> None:
@@ -493,7 +495,8 @@ class _Session:
         after its cancellation (when its caller wants one)."""
         engine = self._engine
         while True:
-            with trio.CancelScope(deadline=engine.next_deadline()) as self._alarm:
+            self._alarm_at = engine.next_deadline()
+            with trio.CancelScope(deadline=self._alarm_at) as self._alarm:
                 await trio.sleep_forever()
             for expired in engine.expire(trio.current_time()):
                 waiter = expired.pending.waiter
