@@ -32,7 +32,7 @@ async def drive(command: list[str], calls: int, out: Path, rate: int) -> None:
             await client.call("echo", {"text": "hi"})
         spy = await trio.lowlevel.open_process(
             [shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy"), "record", "--format", "raw",
-             "--rate", str(rate), "--nonblocking", "-o", str(out), "--pid", str(client.process.pid)],
+             "--rate", str(rate), "--nonblocking", "--gil", "-o", str(out), "--pid", str(client.process.pid)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await trio.sleep(1.0)
         for _ in range(calls):
