@@ -354,7 +354,7 @@ class _Forwarding:
             response = self._response(reply, shaped)
         except WardenError as exc:
             response = self.failed(exc)
-        await self._answer.send(response)
+        await self._answer.send(response, hold=True)  # the server's reader flushes once done with what it read
 
     async def expired(self) -> None:
         await self._answer.send(self.failed(UpstreamTimeout(
@@ -533,7 +533,8 @@ class Gateway:
             self._in_flight.add(forwarding.entry)  # the server may ask this request's host something (PX01)
             forwarding.sent = await self.upstream.start_request(request.method, forwarded, forwarding,
                                                                 capabilities=self._declared(ctx),
-                                                                log_level=ctx.log_level, lane=ctx.upstream)
+                                                                log_level=ctx.log_level, lane=ctx.upstream,
+                                                                hold=True)
         except WardenError as exc:
             await answer.send(forwarding.failed(exc))
         except trio.Cancelled:

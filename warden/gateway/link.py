@@ -52,8 +52,10 @@ class Answer(Protocol):
     """Where a request taken by the engine-driven path (:meth:`Served.start`) gets its response: the face turns it
     into the host's answer (none for a request the host cancelled, PX19) on the host's channel."""
 
-    async def send(self, response: bytes) -> None:
-        """Deliver the response; may wait while the host is not reading (that wait is the back-pressure)."""
+    async def send(self, response: bytes, *, hold: bool = False) -> None:
+        """Deliver the response; may wait while the host is not reading (that wait is the back-pressure).
+        ``hold``: the caller is a reader that calls :func:`~warden.transport.channel.flush_held` once done with
+        what it read, so the response may wait for it (:meth:`~warden.transport.channel.MessageChannel.send`)."""
         ...
 
     def send_soon(self, response: bytes) -> None:
@@ -90,7 +92,8 @@ class Served(Protocol):
 
     async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
         """Take ``request`` on the engine-driven path (no task of its own: it is decided in the host's reader and
-        answered from the server's), or return None: the face then runs :meth:`handle` in a task."""
+        answered from the server's), or return None: the face then runs :meth:`handle` in a task. The forward may
+        be held: the caller calls :func:`~warden.transport.channel.flush_held` once done with what it read."""
         ...
 
     async def host_notification(self, note: Notification, link: HostLink) -> None: ...

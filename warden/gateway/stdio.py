@@ -30,7 +30,7 @@ from warden.protocol.session import (
     InvalidIncoming,
     Reply,
 )
-from warden.transport.channel import MessageChannel
+from warden.transport.channel import MessageChannel, flush_held
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,10 @@ class _Call:
         self._host.forget(self._event.key)
         return self._host.link.session.respond(self._event.key, self._event.request.id, response)
 
-    async def send(self, response: bytes) -> None:
+    async def send(self, response: bytes, *, hold: bool = False) -> None:
         answer = self._respond(response)
         if answer is not None:
-            await self._host.send(answer)
+            await self._host.send(answer, hold=hold)
 
     def send_soon(self, response: bytes) -> None:
         answer = self._respond(response)
@@ -115,7 +115,9 @@ class StdioHost:
                         for message in batch:
                             for event in session.receive(message, now=trio.current_time()):
                                 await self._on_event(event, nursery)
+                        flush_held()  # the calls this batch forwarded, one write per server
                 finally:
+                    flush_held()
                     self._nursery = None
                     with trio.CancelScope(shield=True):
                         for call in list(self._calls.values()):  # the host left: its calls end as cancelled
@@ -136,6 +138,7 @@ class StdioHost:
                 await call.cancel()  # PX19: cancelled upstream; the host gets no answer
         elif isinstance(event, IncomingNotification):
             if event.notification.method != "notifications/cancelled":  # one for no request in flight: nothing
+                flush_held()  # the handler may wait: what this batch forwarded so far does not wait with it
                 await self._gateway.host_notification(event.notification, self.link)
         elif isinstance(event, Answered | Dropped):
             self.link.settled(event)
@@ -195,10 +198,11 @@ class StdioHost:
             self.link.answer(message.id, Reply.failure(INVALID_REQUEST,
                                                        f"the client sent an invalid response: {message.reason}"))
 
-    async def send(self, message: bytes) -> None:
-        """Write one message to the host (a host that went away loses it, logged)."""
+    async def send(self, message: bytes, *, hold: bool = False) -> None:
+        """Write one message to the host (a host that went away loses it, logged); ``hold``: see
+        :meth:`MessageChannel.send` (the sender's reader flushes)."""
         try:
-            await self._channel.send(message)
+            await self._channel.send(message, hold=hold)
         except trio.ClosedResourceError:
             log.debug("host went away before a message could be sent")
 

@@ -16,6 +16,12 @@ a single write; while anything is queued every message queues behind it, so orde
 pushes back on whoever produces for it (the outbox fills and ``send`` waits), and memory stays bounded however fast
 the other side floods. A single message larger than the budget still goes through on its own, so the bound is
 budget + one maximum-size message. Streams without a file descriptor (in-memory streams in tests) always queue.
+
+Holding: a reader that forwards or answers many messages of one chunk (16 calls in flight arrive ~10 to a read)
+sends them with ``hold=True``: each is kept back, in order, and :func:`flush_held` (the reader calls it once it
+has handled everything it read, and before anything that may wait) writes each channel's held messages with one
+``os.write``, so the peer is woken once per chunk instead of once per message. Any other send on the channel, and
+any queueing, writes or queues what is held first, so order is kept; what is held stays under ``HOLD_BYTES``.
 """
 
 from __future__ import annotations
@@ -37,6 +43,23 @@ log = logging.getLogger(__name__)
 
 DEFAULT_OUTBOX_BYTES: Final = 8 * 1024 * 1024
 READ_CHUNK: Final = 256 * 1024
+HOLD_BYTES: Final = 256 * 1024
+"""Held messages are written at once when they reach this many bytes."""
+
+_HELD: Final[trio.lowlevel.RunVar[list[MessageChannel] | None]] = trio.lowlevel.RunVar("warden_held_channels",
+                                                                                       default=None)
+"""The channels of this run holding messages (:meth:`MessageChannel.send` with ``hold=True``)."""
+
+
+def flush_held() -> None:
+    """Write what every channel of this run holds. Readers that send with ``hold=True`` call it once they have
+    handled everything they read, and before anything that may wait; flushing early is always safe."""
+    held = _HELD.get()
+    if held:
+        channels = held.copy()
+        held.clear()
+        for channel in channels:
+            channel.flush()
 
 
 @final
@@ -133,6 +156,8 @@ class MessageChannel:
         fileno = getattr(receive_stream, "fileno", None)
         self._read_fd: int | None = fileno() if callable(fileno) else None
         self._drained = False
+        self._held: list[bytes] = []
+        self._held_bytes = 0
 
     @property
     def max_message_size(self) -> int:
@@ -194,8 +219,11 @@ class MessageChannel:
         config and a new server was handed values)."""
         self._redactor = redactor if redactor else None
 
-    async def send(self, message: bytes) -> None:
-        """Write or queue one encoded message (without newline); waits while the outbox is over budget.
+    async def send(self, message: bytes, *, hold: bool = False) -> None:
+        """Write or queue one encoded message (without newline); waits while the outbox is over budget. With
+        ``hold``, a message that would be written at once is kept back until :func:`flush_held` (or the next send
+        that is not held) writes it with the others; a failure to write it then closes the channel, as the writer
+        task's does.
 
         Raises:
             trio.ClosedResourceError: the channel was closed or its writer failed.
@@ -206,20 +234,64 @@ class MessageChannel:
             raise LocalProtocolError("refusing to frame a message that contains a raw newline")
         data = message + b"\n"
         if self._fd is not None and self._outbox.idle:
-            try:
-                written = os.write(self._fd, data)
-            except BlockingIOError:
-                written = 0
-            except OSError as exc:
-                if exc.errno not in (errno.EPIPE, errno.EBADF, errno.ECONNRESET):
-                    raise
-                log.debug("%s: peer stopped reading", self.name)
-                self._outbox.close()
-                raise trio.ClosedResourceError("the peer stopped reading") from exc
-            if written < len(data):
-                self._outbox.put_rest(data[written:])  # never waits: a half-written message must not be left
+            if hold:
+                if not self._held:
+                    held = _HELD.get()
+                    if held is None:
+                        held = []
+                        _HELD.set(held)
+                    held.append(self)
+                self._held.append(data)
+                self._held_bytes += len(data)
+                if self._held_bytes >= HOLD_BYTES:
+                    self.flush()
+                return
+            if self._held:
+                data = self._take_held(data)
+            self._write_now(self._fd, data)
             return
+        if self._held:
+            self._outbox.put_rest(self._take_held(b""))  # what was held goes first
         await self._outbox.put(data)
+
+    def _take_held(self, then: bytes) -> bytes:
+        data = b"".join(self._held) + then
+        self._held.clear()
+        self._held_bytes = 0
+        return data
+
+    def _write_now(self, fd: int, data: bytes) -> None:
+        """Write ``data`` with one non-blocking ``os.write``; the rest goes to the outbox, ahead of anything else.
+
+        Raises:
+            trio.ClosedResourceError: the peer stopped reading (the channel is closed).
+        """
+        try:
+            written = os.write(fd, data)
+        except BlockingIOError:
+            written = 0
+        except OSError as exc:
+            if exc.errno not in (errno.EPIPE, errno.EBADF, errno.ECONNRESET):
+                raise
+            log.debug("%s: peer stopped reading", self.name)
+            self._outbox.close()
+            raise trio.ClosedResourceError("the peer stopped reading") from exc
+        if written < len(data):
+            self._outbox.put_rest(data[written:])  # never waits: a half-written message must not be left
+
+    def flush(self) -> None:
+        """Write (or, behind queued messages, queue) what this channel holds. Never waits and never raises: a
+        peer that stopped reading closes the channel, and whoever sends next hears of it."""
+        if not self._held:
+            return
+        data = self._take_held(b"")
+        try:
+            if self._fd is not None and self._outbox.idle:
+                self._write_now(self._fd, data)
+            else:
+                self._outbox.put_rest(data)
+        except trio.ClosedResourceError:
+            log.debug("%s: %d held bytes not written: the channel is closed", self.name, len(data))
 
     async def serve_writer(self) -> None:
         """Drain the outbox into the send stream until closed. A broken pipe closes the channel quietly."""
@@ -240,10 +312,12 @@ class MessageChannel:
 
     def close_outbox(self) -> None:
         """Stop accepting messages; the writer flushes what is queued and returns."""
+        self.flush()
         self._outbox.close()
 
     async def aclose_send(self) -> None:
         """Close the send stream (e.g. a child's stdin: the first step of a polite shutdown)."""
+        self.flush()
         self._outbox.close()
         with trio.CancelScope(shield=True):
             await self._send_stream.aclose()

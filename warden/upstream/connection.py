@@ -81,7 +81,7 @@ from warden.protocol.session import (
 )
 from warden.protocol.session import Event as SessionEvent
 from warden.secrets import Redactor
-from warden.transport.channel import MessageChannel
+from warden.transport.channel import MessageChannel, flush_held
 from warden.upstream.eras import EraAnswer, EraMemory
 from warden.upstream.stderr import StderrTail
 
@@ -417,14 +417,18 @@ class _Session:
             self._alarm.deadline = self._alarm_at = pending.deadline
         return message, pending
 
-    async def send(self, message: bytes) -> None:
-        """Write one message to the server (inline when its pipe takes it; see :class:`MessageChannel`).
+    async def send(self, message: bytes, *, hold: bool = False) -> None:
+        """Write one message to the server (inline when its pipe takes it, or held until the sending reader's
+        :func:`~warden.transport.channel.flush_held`; see :class:`MessageChannel`).
 
         Raises:
             UpstreamClosed: the connection is gone.
         """
         try:
-            await self.channel.send(message)
+            if hold and isinstance(self.channel, MessageChannel):  # an HTTP channel writes each message at once
+                await self.channel.send(message, hold=True)
+            else:
+                await self.channel.send(message)
         except trio.ClosedResourceError as exc:
             raise UpstreamClosed(self.close_reason) from exc
 
@@ -517,13 +521,17 @@ class _Session:
                 for message in batch:
                     for event in engine.receive(message, now=trio.current_time()):
                         await self._on_event(event, nursery)
+                flush_held()  # the answers this batch settled, one write per host
         finally:
+            flush_held()
             self.eof.set()
 
     async def _on_event(self, event: SessionEvent, nursery: trio.Nursery) -> None:
         if isinstance(event, Answered | Dropped):
             await self._settled(event)
-        elif isinstance(event, IncomingNotification):
+            return
+        flush_held()  # what follows may wait (pacing, a handler): nothing settled so far waits with it
+        if isinstance(event, IncomingNotification):
             await self._paced()
             await self._upstream.handler.on_notification(event.notification.method, event.notification.params)
         elif isinstance(event, Progress):
@@ -731,10 +739,11 @@ class Upstream:
 
     async def start_request(self, method: str, params: Mapping[str, Any] | None, waiter: Waiter, *,
                             capabilities: Mapping[str, Any] | None = None, log_level: str | None = None,
-                            lane: Era | None = None) -> Sent:
+                            lane: Era | None = None, hold: bool = False) -> Sent:
         """Send ``method`` on the live session (:meth:`session_now`) without waiting for its answer: the session's
         reader hands the answer to ``waiter``, its timer the expiry, its end the failure (:class:`Waiter`). The
-        engine-driven path: the caller checked :meth:`session_now` first.
+        engine-driven path: the caller checked :meth:`session_now` first. With ``hold``, the message waits for the
+        caller's :func:`~warden.transport.channel.flush_held` (a reader forwarding everything it read at once).
 
         Raises:
             UpstreamClosed: there is no live session, or it went away while the request was being written.
@@ -745,7 +754,7 @@ class Upstream:
         message, pending = session.start(method, params, waiter, capabilities=capabilities, log_level=log_level,
                                          lane=lane)
         try:
-            await session.send(message)
+            await session.send(message, hold=hold)
         except UpstreamClosed:
             await session.give_up(pending, "the request could not be written")
             raise
