@@ -5,9 +5,14 @@ ever taken from the cache."""
 
 from __future__ import annotations
 
+import json
+import secrets
 from pathlib import Path
 
+import msgspec
 import trio
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.policy.helpers import server, warden
 from warden.gateway.guard import Guard
@@ -94,3 +99,31 @@ async def test_argument_rules_credentials_and_confirmations_are_decided_every_ti
     assert _effect(guard, "echo", {"text": "hi"}) is Effect.ALLOW
     assert _effect(guard, "echo", {"text": "key AKIAIOSFODNN7EXAMPLE"}) is Effect.DENY
     assert _effect(guard, "echo", {"text": "hi"}) is Effect.ALLOW
+
+
+SECRET_SHAPES = ["AKIAABCDEFGHIJKLMNOP", "ghp_" + "a" * 36, "sk-ant-" + "b" * 24, "xoxb-1234567890-abc",
+                 "eyJhbGciOiJIUzI1.eyJzdWIiOiIxMjM0.sig", "-----BEGIN PRIVATE KEY-----abc"]
+_texts = st.one_of(st.text(max_size=30), st.sampled_from(SECRET_SHAPES),
+                   st.builds(lambda a, s, b: f"{a}{s}{b}", st.text(max_size=5), st.sampled_from(SECRET_SHAPES),
+                             st.text(max_size=5)))
+_values = st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), _texts),
+                       lambda inner: st.one_of(st.lists(inner, max_size=4),
+                                               st.dictionaries(_texts, inner, max_size=4)), max_leaves=12)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.dictionaries(_texts, _values, min_size=1, max_size=4), st.sampled_from(["plain", "escaped", "slashes"]))
+def test_arguments_screened_with_their_wire_bytes_find_exactly_what_a_full_walk_finds(
+        tmp_path: Path, arguments: dict[str, object], form: str) -> None:
+    """``Guard.screen_arguments(..., raw=)`` skips the string-by-string walk only where no detector can match
+    the wire bytes (the check a result goes through first): whatever the arguments and however the host spelled
+    them (escapes, ``\\/``), it finds and redacts exactly what the full walk does."""
+    encoded = msgspec.json.encode({"name": "echo", "arguments": arguments})
+    raw = {"plain": encoded, "escaped": json.dumps({"name": "echo", "arguments": arguments}).encode(),
+           "slashes": encoded.replace(b"/", b"\\/")}[form]
+    guard = trio.run(_guard, tmp_path / secrets.token_hex(4))
+    full = guard.screen_arguments("echo", arguments)
+    fresh = dict(arguments)  # another object: the guard's last answer is not reused
+    fast = guard.screen_arguments("echo", fresh, raw=raw)
+    assert [(f.rule, f.digest, f.where) for f in fast[1]] == [(f.rule, f.digest, f.where) for f in full[1]]
+    assert fast[0] == full[0]

@@ -558,6 +558,8 @@ class Gateway:
                 or self._tasks_carried(ctx, link) or not self._lists_current(request.method) \
                 or self.guard.flow_role(name).source is not None:
             return None
+        arguments = params.get("arguments")
+        self.guard.screen_arguments(name, arguments if isinstance(arguments, dict) else None, raw=request.params)
         in_band = self._can_ask_in_band(link, ctx)
         decision = self._decide(request.method, params, channel=in_band, session=link.session_key,
                                 approval_channel=not in_band and self._approvals is not None,
@@ -1287,7 +1289,8 @@ class Gateway:
         arguments = arguments if isinstance(arguments, dict) else None
         confirmed: str | None = None
         via: audit.Consent | None = None
-        findings = self.guard.screen_arguments(name, arguments)[1] if method == "tools/call" else ()
+        findings = self.guard.screen_arguments(name, arguments, raw=request.params)[1] if method == "tools/call" \
+            else ()
         kind: EntryKind = "tool" if method == "tools/call" else "prompt" if method == "prompts/get" else "resource"
         for _ in range(3):
             decision = self._decide(method, params, channel=channel, confirmed=confirmed, session=session,

@@ -412,14 +412,22 @@ class Guard:
                 builtin=_builtin(f"content: built-in detectors on {side}"))
         return scanner
 
-    def screen_arguments(self, tool: str, arguments: Mapping[str, Any] | None
+    def screen_arguments(self, tool: str, arguments: Mapping[str, Any] | None, *, raw: bytes | None = None
                          ) -> tuple[Mapping[str, Any] | None, tuple[ContentFinding, ...]]:
         """The arguments as they may be forwarded (``redact`` matches cut out) and what was found (a ``deny``
-        finding refuses the call). The last answer is kept: one call is decided, recorded and forwarded on it."""
+        finding refuses the call). The last answer is kept: one call is decided, recorded and forwarded on it.
+
+        ``raw``: the wire bytes the arguments were decoded from (the request's params). Where no detector can match
+        anywhere in them (:meth:`ContentScanner.might_hold`, the check a result goes through first), nothing can
+        be found in the arguments either, and they are not walked string by string."""
         last = self._last_arguments
         if last is not None and last[0] is arguments:
             return last[1]
-        answer = screen_arguments(self._scanner("arguments", tool), arguments)
+        scanner = self._scanner("arguments", tool)
+        if arguments and raw is not None and not scanner.might_hold(raw):
+            answer: tuple[Mapping[str, Any] | None, tuple[ContentFinding, ...]] = (arguments, ())
+        else:
+            answer = screen_arguments(scanner, arguments)
         self._last_arguments = (arguments, answer)
         return answer
 
