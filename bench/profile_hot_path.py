@@ -69,6 +69,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--audit", action="store_true", help="profile with the audit log on")
+    parser.add_argument("--keep", type=Path, help="also copy py-spy's raw profile here (for flame graphs)")
     args = parser.parse_args()
     argv = SERVERS["raw echo"][0]
     with tempfile.TemporaryDirectory() as tmp:
@@ -81,6 +82,8 @@ async def main() -> None:
         out = Path(tmp) / "profile.txt"
         await drive(command, args.calls, out, args.rate)
         summarize(out, args.top)
+        if args.keep is not None:
+            shutil.copyfile(out, args.keep)
 
 
 if __name__ == "__main__":
