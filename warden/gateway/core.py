@@ -390,6 +390,8 @@ class Gateway:
                  approvals: WebhookApprovals | None = None, fast_path: bool = False) -> None:
         self._name = name
         self._fast_path = fast_path
+        self._legacy_tasks_offered: tuple[ServerDescription, bool] | None = None
+        """Whether the server described offers task-augmented ``tools/call`` (2025-11-25), by description."""
         """Take :meth:`start` (no task per call) when a face offers it. Only worth it while recording a decision
         does not wait (audit off): with the audit log on, each decision waits for its group commit, which must
         not hold the host's reader, so calls keep a task each. Correctness does not rest on it: :meth:`start`
@@ -1031,9 +1033,14 @@ class Gateway:
             return False
         if ctx.era is Era.MODERN:
             return declares_extension(description.capabilities) and declares_extension(ctx.capabilities)
-        return (link.legacy is not None and link.legacy.version == LEGACY_TASKS_VERSION
-                and description.version == LEGACY_TASKS_VERSION
-                and legacy_task_capability(description.capabilities) is not None)
+        if link.legacy is None or link.legacy.version != LEGACY_TASKS_VERSION \
+                or description.version != LEGACY_TASKS_VERSION:
+            return False
+        known = self._legacy_tasks_offered
+        if known is None or known[0] is not description:  # read once per description of the server, not per call
+            known = self._legacy_tasks_offered = (description,
+                                                  legacy_task_capability(description.capabilities) is not None)
+        return known[1]
 
     def _note_task(self, params: Mapping[str, Any], ctx: Context, link: HostLink, reply: Reply,
                    index: int | None, *, tasks: bool) -> None:
