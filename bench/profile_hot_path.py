@@ -1,10 +1,10 @@
 """Where warden's time goes on the forwarding path: a py-spy profile of ``warden run --unsafe-no-audit`` in front of
-the raw echo server while one client makes N sequential ``tools/call``s. Prints the functions with the most
-inclusive samples (own and callees) and the most own samples, as a share of all samples.
+the raw echo server while one client makes N ``tools/call``s (sequential, or ``--concurrency`` at once). Prints the
+functions with the most inclusive samples (own and callees) and the most own samples, as a share of all samples.
 
 py-spy is not a warden dependency: ``.venv/bin/pip install py-spy`` first.
 
-    .venv/bin/python bench/profile_hot_path.py [--calls N] [--audit]
+    .venv/bin/python bench/profile_hot_path.py [--calls N] [--concurrency C] [--audit] [--keep FILE]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from proxy_overhead import SERVERS, approve_first, via_warden
 from rawclient import RawClient
 
 
-async def drive(command: list[str], calls: int, out: Path, rate: int) -> None:
+async def drive(command: list[str], calls: int, out: Path, rate: int, concurrency: int = 1) -> None:
     async with trio.open_nursery() as nursery:
         client = await RawClient.start(nursery, command, env=dict(os.environ))
         for _ in range(200):
@@ -35,8 +35,14 @@ async def drive(command: list[str], calls: int, out: Path, rate: int) -> None:
              "--rate", str(rate), "--nonblocking", "--gil", "-o", str(out), "--pid", str(client.process.pid)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         await trio.sleep(1.0)
-        for _ in range(calls):
-            await client.call("echo", {"text": "hi"})
+
+        async def caller() -> None:
+            for _ in range(calls // concurrency):
+                await client.call("echo", {"text": "hi"})
+
+        async with trio.open_nursery() as callers:
+            for _ in range(concurrency):
+                callers.start_soon(caller)
         spy.send_signal(2)
         await spy.wait()
         await client.aclose()
@@ -69,6 +75,7 @@ async def main() -> None:
     parser.add_argument("--rate", type=int, default=500)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--audit", action="store_true", help="profile with the audit log on")
+    parser.add_argument("--concurrency", type=int, default=1, help="calls in flight at once")
     parser.add_argument("--keep", type=Path, help="also copy py-spy's raw profile here (for flame graphs)")
     args = parser.parse_args()
     argv = SERVERS["raw echo"][0]
@@ -80,7 +87,7 @@ async def main() -> None:
         command = via_warden(argv, str(state), config, "profile", *extra)
         await approve_first(command, str(state), config, "profile")
         out = Path(tmp) / "profile.txt"
-        await drive(command, args.calls, out, args.rate)
+        await drive(command, args.calls, out, args.rate, args.concurrency)
         summarize(out, args.top)
         if args.keep is not None:
             shutil.copyfile(out, args.keep)
