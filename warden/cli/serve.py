@@ -363,7 +363,8 @@ class _Fleet:
         one no longer configured is stopped; one new is added. Each reload is a ``config.reloaded`` record."""
         assert self.hub is not None
         try:
-            names = _chosen(configured_servers(self._ctx), self._args.server, self._ctx.config_path)
+            configured = configured_servers(self._ctx)
+            names = _chosen(configured, self._args.server, self._ctx.config_path)
             check_server_names(names, self._args.separator)
             store = next(iter(self.plans.values())).guard.store  # the one every server of this serve shares
             ahead = await trio.to_thread.run_sync(fetch_ahead, self._ctx, names)
@@ -387,7 +388,7 @@ class _Fleet:
             log.error("reload refused, the servers keep running as they were: %s", message)
             await self._record(error=message)
             return
-        failed = [p for p in plans if p.name in self.plans and p not in changed
+        failed = [p for p in plans if p.name in self.plans and p.name not in {c.name for c in changed}
                   and self.hub.members[p.name].gateway.upstream.state == "failed"]
         changed += failed  # a reload is the user's "try again" once the cause is fixed (a directory's owner, say)
         opened: dict[str, tuple[Member, trio.CancelScope]] = {}
@@ -413,12 +414,13 @@ class _Fleet:
             del self.plans[name]
         for scope in retired:
             scope.cancel()
+        retried = {p.name for p in failed}
         summary = "; ".join(f"{what}: {', '.join(items)}" for what, items in (
             ("added", [p.name for p in added]),
-            ("changed, started again as what it now is", [p.name for p in changed if p not in failed]),
-            ("failed before, started again", [p.name for p in failed]), ("removed", removed)) if items) \
+            ("changed, started again as what it now is", [p.name for p in changed if p.name not in retried]),
+            ("failed before, started again", sorted(retried)), ("removed", removed)) if items) \
             or "nothing changed"
-        unserved = sorted(set(configured_servers(self._ctx)) - set(names)) if self._args.server else []
+        unserved = sorted(set(configured) - set(names))
         if unserved:
             summary += (f" (in the config but not served here, as this serve was started with --server: "
                         f"{', '.join(unserved)})")
