@@ -263,3 +263,37 @@ async def test_reload_refuses_what_policy_check_refuses_and_starts_a_failed_serv
     finally:
         with contextlib.suppress(ProcessLookupError):
             host.process.kill()
+
+
+async def test_status_with_two_serves_running_says_which_serve_each_row_is_of(trusting: Path) -> None:
+    """Found by a new user: with a stdio and another serve running at once, ``warden status`` listed both
+    serves' rows mixed (the same server twice), with nothing telling them apart. Now each row names its serve's
+    pid when more than one runs; with one, the table is as before."""
+    with trusting.open("a") as config:
+        config.write(table("solo"))
+    hosts = [await RawHost.start([WARDEN, "serve"], env=os.environ)]
+    try:
+        await hosts[0].initialize()
+        with trio.fail_after(20):
+            while not json.loads(subprocess.run([WARDEN, "status", "--json"], capture_output=True, text=True,
+                                                timeout=30).stdout)["serving"]:
+                await trio.sleep(0.2)
+        one = subprocess.run([WARDEN, "status"], capture_output=True, text=True, timeout=30, check=True).stdout
+        assert one.splitlines()[0].split()[:2] == ["SERVER", "STATE"], one
+        hosts.append(await RawHost.start([WARDEN, "serve"], env=os.environ))
+        await hosts[1].initialize()
+        with trio.fail_after(20):
+            while len(json.loads(subprocess.run([WARDEN, "status", "--json"], capture_output=True, text=True,
+                                                timeout=30).stdout)["serving"]) < 2:
+                await trio.sleep(0.2)
+        two = subprocess.run([WARDEN, "status"], capture_output=True, text=True, timeout=30, check=True).stdout
+        lines = two.splitlines()
+        assert lines[0].split()[:4] == ["SERVER", "SERVE", "PID", "STATE"], two
+        pids = {line.split()[1] for line in lines[1:] if line.startswith("solo ")}
+        assert pids == {str(h.process.pid) for h in hosts}, two
+        for host in hosts:
+            assert await host.close() == 0
+    finally:
+        for host in hosts:
+            with contextlib.suppress(ProcessLookupError):
+                host.process.kill()

@@ -89,18 +89,22 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
             print(logs.shown(f"no servers configured in {ctx.config_path}, and no `warden serve` running with "
                              f"state dir {ctx.state_dir} (--state-dir or WARDEN_STATE_DIR pick another)"))
         return code
-    rows = [("SERVER", "STATE", "ERA", "SANDBOX", "PINS", "RESTARTS", "CALLS", "REFUSED", "SEES")]
+    several = len(serving) > 1  # each row then says which serve it is of: a server may run in more than one
+    rows: list[tuple[str, ...]] = [("SERVER", *(("SERVE PID",) if several else ()), "STATE", "ERA", "SANDBOX",
+                                    "PINS", "RESTARTS", "CALLS", "REFUSED", "SEES")]
     errors: list[str] = []
     for status in serving:
+        pid = (str(status.get("pid")),) if several else ()
         for s in (s for s in status["servers"] if isinstance(s, dict)):
             name = for_terminal(str(s.get("name")))
             era = str(s.get("era") or "-") + ("+legacy" if s.get("legacy_lane") is True else "")
-            rows.append((name, str(s.get("state")), era, _kind(s.get("sandbox")),
+            rows.append((name, *pid, str(s.get("state")), era, _kind(s.get("sandbox")),
                          str(s.get("pins_waiting", 0)), str(s.get("restarts", 0)), str(s.get("calls", 0)),
                          str(s.get("refused", 0)), _sees(s.get("sandbox"))))
             if s.get("last_error"):
                 errors.append(f"{name} (warden serve, pid {status.get('pid')}): {for_terminal(str(s['last_error']))}")
-    rows.extend((for_terminal(name), "not served", "-", "-", "-", "-", "-", "-", "-") for name in idle)
+    rows.extend((for_terminal(name), *(("-",) if several else ()), "not served", "-", "-", "-", "-", "-", "-", "-")
+                for name in idle)
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print(logs.shown("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
