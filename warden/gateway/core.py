@@ -390,12 +390,12 @@ class Gateway:
                  approvals: WebhookApprovals | None = None, fast_path: bool = False) -> None:
         self._name = name
         self._fast_path = fast_path
-        self._legacy_tasks_offered: tuple[ServerDescription, bool] | None = None
-        """Whether the server described offers task-augmented ``tools/call`` (2025-11-25), by description."""
         """Take :meth:`start` (no task per call) when a face offers it. Only worth it while recording a decision
         does not wait (audit off): with the audit log on, each decision waits for its group commit, which must
         not hold the host's reader, so calls keep a task each. Correctness does not rest on it: :meth:`start`
         awaits the record like :meth:`handle` does."""
+        self._legacy_tasks_offered: tuple[ServerDescription, bool] | None = None
+        """Whether the server described offers task-augmented ``tools/call`` (2025-11-25), by description."""
         self._approvals = approvals  # where a call to confirm goes when no one can be asked in-band
         self.guard = guard
         self.recorder = recorder

@@ -30,7 +30,7 @@ from warden.protocol.session import (
     InvalidIncoming,
     Reply,
 )
-from warden.transport.channel import MessageChannel, flush_held
+from warden.transport.channel import MessageChannel, dispatch, flush_held
 
 log = logging.getLogger(__name__)
 
@@ -108,16 +108,8 @@ class StdioHost:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
-                    while True:
-                        batch = await self._channel.receive_batch()
-                        if not batch:
-                            break
-                        for message in batch:
-                            for event in session.receive(message, now=trio.current_time()):
-                                await self._on_event(event, nursery)
-                        flush_held()  # the calls this batch forwarded, one write per server
+                    await dispatch(self._channel, session, lambda event: self._on_event(event, nursery))
                 finally:
-                    flush_held()
                     self._nursery = None
                     with trio.CancelScope(shield=True):
                         for call in list(self._calls.values()):  # the host left: its calls end as cancelled

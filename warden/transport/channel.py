@@ -30,13 +30,15 @@ import errno
 import logging
 import os
 from collections import deque
-from typing import Final, final
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, Protocol, final
 
 import trio
 
 from warden.errors import LocalProtocolError
 from warden.protocol.framing import DEFAULT_MAX_MESSAGE_SIZE, LineFramer, Oversized
 from warden.protocol.messages import INVALID_REQUEST, Invalid, Message, parse_message, scan_prefix
+from warden.protocol.session import Event, Session
 from warden.secrets import Redactor
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,27 @@ def flush_held() -> None:
         held.clear()
         for channel in channels:
             channel.flush()
+
+
+class Batches(Protocol):
+    """What :func:`dispatch` reads: a pipe's channel, or an HTTP connection's."""
+
+    async def receive_batch(self) -> list[Message]: ...
+
+
+async def dispatch(channel: Batches, session: Session[Any], on_event: Callable[[Event], Awaitable[None]]) -> None:
+    """One side's reader (the host's face, or the upstream's): everything ``channel`` reads goes through
+    ``session``, each event it makes to ``on_event``, until the channel's end. What the events held
+    (``hold=True``: the calls forwarded, the answers settled) is written once per read, and at the end whatever
+    happens."""
+    try:
+        while batch := await channel.receive_batch():
+            for message in batch:
+                for event in session.receive(message, now=trio.current_time()):
+                    await on_event(event)
+            flush_held()
+    finally:
+        flush_held()
 
 
 @final

@@ -81,7 +81,7 @@ from warden.protocol.session import (
 )
 from warden.protocol.session import Event as SessionEvent
 from warden.secrets import Redactor
-from warden.transport.channel import MessageChannel, flush_held
+from warden.transport.channel import MessageChannel, dispatch, flush_held
 from warden.upstream.eras import EraAnswer, EraMemory
 from warden.upstream.stderr import StderrTail
 
@@ -514,18 +514,9 @@ class _Session:
 
     async def read_loop(self, nursery: trio.Nursery) -> None:
         """Dispatch everything the server sends until its stdout closes."""
-        engine = self._engine
         try:
-            while True:
-                batch = await self.channel.receive_batch()
-                if not batch:
-                    return
-                for message in batch:
-                    for event in engine.receive(message, now=trio.current_time()):
-                        await self._on_event(event, nursery)
-                flush_held()  # the answers this batch settled, one write per host
+            await dispatch(self.channel, self._engine, lambda event: self._on_event(event, nursery))
         finally:
-            flush_held()
             self.eof.set()
 
     async def _on_event(self, event: SessionEvent, nursery: trio.Nursery) -> None:
