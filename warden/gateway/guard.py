@@ -73,7 +73,7 @@ from warden.policy import (
     screen_result,
     take,
 )
-from warden.policy.pins import digest
+from warden.policy.pins import digest, report_lines
 from warden.protocol.eras import Era
 
 log = logging.getLogger(__name__)
@@ -583,5 +583,5 @@ class Guard:
     # -- reporting ----------------------------------------------------------------------------------------------
 
     def _report(self, detections: Sequence[Detection]) -> None:
-        for detection in detections:
-            log.warning("%s", str(detection).removeprefix("warden: "))
+        for line in report_lines(detections):
+            log.warning("%s", line)

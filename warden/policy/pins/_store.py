@@ -38,7 +38,7 @@ import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, final
+from typing import Any, Final, Literal, final
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -151,6 +151,39 @@ class Detection:
         extra = f" ({len(self.findings)} finding(s))" if self.findings else ""
         tail = f": {self.detail}" if self.detail else ""
         return f"warden: pins: server {self.server!r}: {what} {self.event}{extra}{tail}"
+
+
+_NAMED_IN_SUMMARY: Final = 6
+"""How many entries a summary line names before it counts the rest."""
+
+
+def report_lines(detections: Sequence[Detection]) -> list[str]:
+    """What a person reads of ``detections``: each one its own line, except plain ``new`` and ``tofu-approved``
+    entries of one server and kind (no findings, no detail), which are one line naming the first few. A first
+    start of a server with forty tools is then one line per kind, not forty, and what needs a look (a change, a
+    revert, a rejection, a finding) stands out. Names are shown by ``repr``, so none can break a line."""
+    shown: list[Detection | list[Detection]] = []
+    groups: dict[tuple[str, EntryKind, str], list[Detection]] = {}
+    for d in detections:
+        if d.event not in ("new", "tofu-approved") or d.findings or d.detail or d.kind in ("server", "instructions"):
+            shown.append(d)
+            continue
+        group = groups.get((d.server, d.kind, d.event))
+        if group is None:
+            group = groups[(d.server, d.kind, d.event)] = []
+            shown.append(group)
+        group.append(d)
+    return [str(item).removeprefix("warden: ") if isinstance(item, Detection) else _summary(item) for item in shown]
+
+
+def _summary(group: Sequence[Detection]) -> str:
+    first = group[0]
+    if len(group) == 1:
+        return str(first).removeprefix("warden: ")
+    named = ", ".join(repr(d.key) for d in group[:_NAMED_IN_SUMMARY])
+    more = f" and {len(group) - _NAMED_IN_SUMMARY} more" if len(group) > _NAMED_IN_SUMMARY else ""
+    what = "new" if first.event == "new" else "approved on first use"
+    return f"pins: server {first.server!r}: {len(group)} {first.kind}s {what}: {named}{more}"
 
 
 @final
