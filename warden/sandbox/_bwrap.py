@@ -23,6 +23,7 @@ launch: nothing starts with less than the plan said.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -152,6 +153,14 @@ async def _await_ready(process: SpawnedProcess) -> tuple[bytes, bytes]:
         raise SandboxUnavailable(f"the sandbox could not be set up: {message or 'no message'}",
                                  hint=_bwrap_failure_hint(message))
     return preamble, rest
+
+
+
+@functools.cache
+def _warn_once(message: str) -> None:
+    """Say a fact about this machine once per process: ``warden serve`` makes a launcher per server, and forty
+    copies of the same warning bury the one line that differs."""
+    log.warning("%s", message)
 
 
 @final
@@ -298,8 +307,8 @@ class BwrapLauncher:
         if self._cgroups is None:
             self._cgroups = find_memory_cgroups()
             if isinstance(self._cgroups, NoMemoryCgroups):
-                log.warning("memory_mb bounds each process of a sandbox, not the sandbox as a whole: %s",
-                            self._cgroups.reason)
+                _warn_once("memory_mb bounds each process of a sandbox, not the sandbox as a whole: "
+                           + self._cgroups.reason)
         return self._cgroups
 
     def _memory_scope(self) -> MemoryScope:
