@@ -50,8 +50,11 @@ async def test_MS04_a_call_the_server_never_answers_times_out_and_is_cancelled_u
         assert not [m for m in host.seen if m.get("id") == call["id"]]
 
 
-async def test_MS05_MS06_progress_extends_a_deadline_but_not_past_the_maximum(
+async def test_MS05_MS06_MS07_progress_extends_a_deadline_but_not_past_the_maximum(
         tmp_path: Path, autojump_clock: trio.testing.MockClock) -> None:
+    """The server sees a progress token of warden's own on the call (MS07), its progress every 5 s keeps the call
+    past its 10 s deadline (MS05) but not past the 35 s maximum (MS06), and the host hears that progress under the
+    token it chose."""
     options = UpstreamOptions(request_timeout=10.0, max_request_time=35.0)
 
     async def progressing(server: ScriptedServer) -> None:
@@ -69,8 +72,10 @@ async def test_MS05_MS06_progress_extends_a_deadline_but_not_past_the_maximum(
         answer = await host.response(1)
         assert answer["error"]["code"] == -32001
         server = connector.connections[-1].server
-        at = next(t for t, m in zip(server.seen_at, server.seen, strict=True) if m.get("method") == "tools/call")
+        at, call = next((t, m) for t, m in zip(server.seen_at, server.seen, strict=True)
+                        if m.get("method") == "tools/call")
         assert trio.current_time() - at == pytest.approx(35.0, abs=0.5)  # not 10 (progress), not forever
+        assert call["params"]["_meta"]["progressToken"] != "p"  # warden's own token upstream, not the host's
         relayed = [m for m in host.seen if m.get("method") == "notifications/progress"]
         assert relayed
         assert all(m["params"]["progressToken"] == "p" for m in relayed)  # the host's own token
