@@ -519,3 +519,21 @@ async def test_a_read_of_a_resource_no_server_shows_names_the_servers_whose_entr
         hub.members["docs"].gateway.guard.store.approve("docs")
         await host.request(2, "resources/read", {"uri": "other://x"})
         assert "list resources and resource templates first" in (await host.response(2))["error"]["message"]
+
+
+@pytest.mark.trio
+async def test_an_eager_legacy_server_says_it_waits_for_a_host_then_runs_once_one_connects(tmp_path: Path) -> None:
+    """Found by a new user: ``serve --eager`` started a legacy server, and ``status`` said "starting" for as long as
+    no host came, as if the start were stuck. Its ``initialize`` must declare what the first host can take (LC08),
+    so it waits for a host to use it; ``status`` now says so, and the host's first list completes it."""
+    async with hub_in_process(tmp_path, {"old": legacy_server}) as (host, hub, servers):
+        await hub.start_all()
+        with trio.fail_after(10):
+            while hub.members["old"].status()["state"] != "waiting-for-host":
+                await trio.sleep(0.01)
+        assert not [m for m in servers["old"].connections[0].server.seen if m.get("method") == "initialize"]
+        await host.initialize()
+        await host.request(1, "tools/list")
+        assert [t["name"] for t in (await host.response(1))["result"]["tools"]] == ["old__echo", "old__hang"]
+        assert hub.members["old"].status()["state"] == "running"
+        assert len(servers["old"].connections) == 1  # the process started eagerly is the one that serves

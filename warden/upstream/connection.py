@@ -652,6 +652,8 @@ class Upstream:
         self._description: ServerDescription | None = None
         self._legacy_capabilities: dict[str, Any] | None = None
         self._capabilities_known = trio.Event()
+        self._waiting_for_host = False
+        """A legacy process is up and waits for a host: what it may be told it can ask is the host's to say."""
         self._nursery: trio.Nursery | None = None
         self._lane: _Session | None = None
         self._lane_started: trio.Event | None = None
@@ -780,15 +782,18 @@ class Upstream:
 
     @property
     def state(self) -> str:
-        """``running``, ``starting`` (no process has finished its handshake yet), ``restarting``, ``failed``
-        (not started again: it cannot be run, or kept crashing; :attr:`last_error` says why) or ``stopped`` (by
-        warden, for good)."""
+        """``running``, ``starting`` (no process has finished its handshake yet), ``waiting-for-host`` (a legacy
+        server started before any host used it, ``serve --eager``: its ``initialize`` declares what that host can
+        take, so it is sent then), ``restarting``, ``failed`` (not started again: it cannot
+        be run, or kept crashing; :attr:`last_error` says why) or ``stopped`` (by warden, for good)."""
         if self._fatal is not None:
             return "failed"
         if self._stopped:
             return "stopped"
         if self._ready.is_set():
             return "running"
+        if self._waiting_for_host:
+            return "waiting-for-host"
         return "restarting" if self.restarts else "starting"
 
     @property
@@ -1051,7 +1056,12 @@ class Upstream:
             if step.fresh_process:
                 raise _Respawn
         session.era = Era.LEGACY
-        await self._capabilities_known.wait()
+        if not self._capabilities_known.is_set():
+            self._waiting_for_host = True
+            try:
+                await self._capabilities_known.wait()
+            finally:
+                self._waiting_for_host = False
         try:
             init = await self._handshake(session, self._legacy_capabilities or {})
         except (IncompatibleServer, UpstreamError) as exc:
