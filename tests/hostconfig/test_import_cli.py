@@ -156,6 +156,11 @@ def test_dry_run_writes_nothing(home: Path, isolated_env: Path) -> None:
     assert "dry run: nothing was written" in r.stdout
     assert "+ [servers.github]" in r.stdout
     assert TOKEN not in r.stdout
+    # A server given no path is told it sees none of the user's files, and where to give it one; one given a
+    # path is told what it sees instead.
+    assert ("    sees none of your files (no path among its arguments); to give it one: read_dirs or write_dirs "
+            "under [servers.github.sandbox]") in r.stdout.splitlines()
+    assert "sees none of your files" not in r.stdout.split("[servers.filesystem]")[1].split("\n")[1]
     assert snapshot(home.parent) == before
     assert not isolated_env.exists()
 

@@ -121,6 +121,9 @@ class ImportPlan:
             lines.append(f"{s.source}: {s.entry.label} -> [servers.{s.name}] ({where})")
             for d in s.dirs:
                 lines.append(f"    sees {d.path}, {'read-write' if d.mode == 'write' else 'read-only'} ({d.why})")
+            if not s.dirs and not s.entry.remote:  # say so now, not when a call to it finds nothing there
+                lines.append(f"    sees none of your files (no path among its arguments); to give it one: "
+                             f"read_dirs or write_dirs under [servers.{s.name}.sandbox]")
             for var, spec in s.env.items():
                 lines.append(f"    env {var} = {spec}")
             for secret in s.secrets:
