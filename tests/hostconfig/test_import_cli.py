@@ -424,3 +424,46 @@ def test_undo_after_warden_s_config_was_edited_restores_the_host_file_and_keeps_
     again = warden(home, "import", "--undo")
     assert again.returncode == 2
     assert "there is no import to undo" in again.stderr
+
+
+@pytest.mark.parametrize("serve", [False, True])
+def test_the_same_server_in_two_host_files_is_one_table_and_both_entries_move(home: Path, isolated_env: Path,
+                                                                              serve: bool) -> None:
+    """Found by a new user: Claude Desktop and Cursor both started the same ``uvx`` server, and the import refused
+    ("the server name 'time' is also used by ..."). The same server (same table, same secret values) is now one
+    ``[servers.NAME]`` table with both host entries rewritten to it, and undo puts both files back; the same name
+    with another command is still refused, naming both places."""
+    desktop = desktop_file(home)
+    cursor = home / ".cursor" / "mcp.json"
+    cursor.parent.mkdir(parents=True)
+    cursor.write_text(json.dumps({"mcpServers": {
+        "time": {"command": "uvx", "args": ["mcp-server-time", "--local-timezone=UTC"], "env": {"DEBUG": "1"}},
+        "github": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                   "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": TOKEN}}}}))
+    originals = {desktop: desktop.read_bytes(), cursor: cursor.read_bytes()}
+    config = Path(os.environ["WARDEN_CONFIG"])
+    r = warden(home, "import", *(["--serve"] if serve else []), "--only", "time", "--only", "github")
+    assert r.returncode == 0, r.stderr
+    assert "imported 2 server(s)" in r.stdout
+    text = config.read_text()
+    assert text.count("[servers.time]") == text.count("[servers.github]") == 1
+    assert tomllib.loads(text)["servers"]["github"]["env"] == {
+        "GITHUB_PERSONAL_ACCESS_TOKEN": "${secret:github.GITHUB_PERSONAL_ACCESS_TOKEN}"}
+    for path, host in ((desktop, "claude-desktop"), (cursor, "cursor")):
+        servers = host_reads(host, path.read_bytes())
+        if serve:
+            assert sorted(build_parser().parse_args(servers["warden"]["args"]).server) == ["github", "time"]
+        else:
+            assert build_parser().parse_args(servers["time"]["args"]).name == "time"
+            assert build_parser().parse_args(servers["github"]["args"]).name == "github"
+        assert TOKEN not in path.read_text()
+    assert warden(home, "import", "--undo").returncode == 0
+    assert {path: path.read_bytes() for path in originals} == originals
+    assert not config.exists()
+
+    cursor.write_text(json.dumps({"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}))
+    refused = warden(home, "import", "--only", "time")
+    assert refused.returncode == 2
+    assert (f"{cursor}: mcpServers.time: the server name 'time' is also used by {desktop}: mcpServers.time, with "
+            "another command, environment or directories: rename one of them in its host file") in refused.stderr
+    assert not config.exists()

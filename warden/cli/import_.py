@@ -159,7 +159,7 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         print("dry run: nothing was written")
         return 0
     record = apply_plan(plan, state_dir=ctx.private_state_dir(), store=store)
-    print(for_terminal(f"imported {len(plan.servers)} server(s); backup in {record.directory}; "
+    print(for_terminal(f"imported {len(plan.tables)} server(s); backup in {record.directory}; "
                        "undo with: warden import --undo"))
     print("next: start your host; each server waits for approval: warden pins review")
     return 0
@@ -181,9 +181,9 @@ def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore, *
     loaded = load_policy_bytes(plan.config_after, ctx.config_path, "user")
     policy = EffectivePolicy(load_effective_policy(None, None, ctx.env).org, loaded)
     secret_names = {*store.names(), *(name for s in plan.servers for name in s.secrets)}
-    problems = [f"{s.source}: {s.entry.label}: {p}" for s in plan.servers
+    problems = [f"{s.source}: {s.entry.label}: {p}" for s in plan.tables
                 for p in launch_problems(policy.server(s.name), state_dir=ctx.state_dir, secret_names=secret_names)]
-    for s in plan.servers if serve else ():
+    for s in plan.tables if serve else ():
         try:
             check_server_names([s.name], DEFAULT_SEPARATOR)
         except ConfigError as exc:

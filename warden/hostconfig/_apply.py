@@ -132,14 +132,14 @@ def apply_plan(plan: ImportPlan, *, state_dir: Path, store: SecretStore,
     if plan.config_before is not None:
         write_new_file(directory / "config.orig", plan.config_before)
         config.update(backup="config.orig", sha256_before=_sha(plan.config_before))
-    added = sorted(name for s in plan.servers for name in s.secrets if _current(store, name) is None)
+    added = sorted({name for s in plan.tables for name in s.secrets if _current(store, name) is None})
     record = ImportRecord(directory, {"format": _FORMAT, "status": "started", "at": stamp, "files": files,
                                       "config": config, "secrets_added": added,
-                                      "servers": [s.name for s in plan.servers]})
+                                      "servers": [s.name for s in plan.tables]})
     record.save()
     done: list[str] = []
     try:
-        for s in plan.servers:
+        for s in plan.tables:
             for name, value in s.secrets.items():
                 store.set(name, value)
         done.append("secrets")

@@ -31,7 +31,7 @@ import difflib
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
 from typing import Any, Final, Literal, final
 
@@ -91,6 +91,9 @@ class ServerImport:
     """A remote entry's headers: (header name, env variable that carries its value)."""
     dirs: tuple[ProposedDir, ...]
     rewritten: Mapping[str, Any]
+    same_as: str | None = None
+    """Where the identical entry this one shares its table with was found (the same server in two host files):
+    its host entry is rewritten, no second table is written."""
 
     @property
     def read_dirs(self) -> list[str]:
@@ -113,10 +116,20 @@ class ImportPlan:
     notes: tuple[str, ...] = ()
     """Entries left as they are (already under warden) and options not carried over."""
 
+    @property
+    def tables(self) -> list[ServerImport]:
+        """The imports that each write a ``[servers.NAME]`` table (an entry found again in another file does
+        not)."""
+        return [s for s in self.servers if s.same_as is None]
+
     def describe(self) -> list[str]:
         """What the import does, in words and as a diff of each file (secret values never shown)."""
         lines: list[str] = [f"note: {note}" for note in self.notes]
         for s in self.servers:
+            if s.same_as is not None:
+                lines.append(f"{s.source}: {s.entry.label} -> [servers.{s.name}] (the same server as {s.same_as}: "
+                             "one table for both)")
+                continue
             where = "remote " + str(s.entry.url) if s.entry.remote else " ".join(s.argv)
             lines.append(f"{s.source}: {s.entry.label} -> [servers.{s.name}] ({where})")
             for d in s.dirs:
@@ -129,7 +142,7 @@ class ImportPlan:
             for secret in s.secrets:
                 lines.append(f"    secret {secret}: value moves from {s.source.name} into warden's secrets store")
         lines.append(f"config {self.config_path}: {'appends' if self.config_before else 'creates'} "
-                     f"{len(self.servers)} server table(s):")
+                     f"{len(self.tables)} server table(s):")
         added = self.config_after[len(self.config_before or b""):].decode()
         lines.extend("  + " + line for line in added.splitlines())
         for f in self.files:
@@ -422,6 +435,20 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
                         host_env=host_env, headers=tuple(headers), dirs=tuple(dirs), rewritten=rewritten)
 
 
+def _same_server(f: HostFile, entry: HostEntry, first: ServerImport, warden_argv: Sequence[str], home: str,
+                 existing_secret: Callable[[str], str | None]) -> ServerImport | None:
+    """``entry`` imported as ``first`` was, when it is the same server (the same table, the same secret values,
+    nothing refused): a user's Claude Desktop and Cursor often both start the same ``uvx`` server. None when it
+    differs in anything, or is itself a ``warden run`` entry."""
+    if _unwrap(entry, home) is not None:
+        return None
+    problems: list[str] = []
+    again = _import_entry(f, entry, first.name, warden_argv, home, existing_secret, problems, ())
+    same = not problems and again.secrets == first.secrets and \
+        _toml_table(again).split("\n", 1)[1] == _toml_table(first).split("\n", 1)[1]  # past the source comment
+    return again if same else None
+
+
 SERVE_ENTRY: Final = "warden"
 """The key of the one entry ``warden import --serve`` writes in place of a host file's imported entries."""
 
@@ -453,7 +480,8 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
         if any(s.entry.type is not None for s in group) or f.host == "vscode":
             entry["type"] = "stdio"
         entry["command"] = warden_argv[0]
-        entry["args"] = [*warden_argv[1:], "serve", *(a for s in group for a in ("--server", s.name))]
+        names = dict.fromkeys(s.name for s in group)  # one file may name the same server twice (Claude Code)
+        entry["args"] = [*warden_argv[1:], "serve", *(a for name in names for a in ("--server", name))]
         if env:
             entry["env"] = env
         replacements[group[0].entry.where] = Renamed(SERVE_ENTRY, entry)
@@ -478,7 +506,7 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
     problems: list[str] = []
     skipped: list[str] = []
     servers: list[ServerImport] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, ServerImport]] = {}
     wanted = set(only)
     for f in files:
         for entry in f.entries:
@@ -487,8 +515,13 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
             name = server_name_for(entry.name)
             where = f"{f.path}: {entry.label}"
             if name in seen:
-                problems.append(f"{where}: the server name {name!r} is also used by {seen[name]}: rename one of "
-                                "them in its host file")
+                first_where, first = seen[name]
+                again = _same_server(f, entry, first, warden_argv, home, existing_secret)
+                if again is None:
+                    problems.append(f"{where}: the server name {name!r} is also used by {first_where}, with another "
+                                    "command, environment or directories: rename one of them in its host file")
+                else:
+                    servers.append(replace(again, same_as=first_where))
                 continue
             if name in existing_servers:
                 problems.append(f"{where}: warden's config already has [servers.{name}] ({existing_servers[name]}):"
@@ -507,8 +540,9 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
                     name = server_name_for(wrapped.name)
                 if wrapped.dropped:
                     skipped.append(f"{where}: warden run options not carried over: {' '.join(wrapped.dropped)}")
-            seen[name] = where
-            servers.append(_import_entry(f, entry, name, warden_argv, home, existing_secret, problems, granted))
+            imported = _import_entry(f, entry, name, warden_argv, home, existing_secret, problems, granted)
+            seen[name] = (where, imported)
+            servers.append(imported)
     replacements = {f.path: _serve_replacements(f, [s for s in servers if s.source == f.path], warden_argv,
                                                 problems) if serve else
                     {s.entry.where: dict(s.rewritten) for s in servers if s.source == f.path} for f in files}
@@ -524,7 +558,7 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
         raise ConfigError(f"no server entries to import in {', '.join(str(f.path) for f in files)}"
                           + "".join("\n  " + note for note in skipped), hint="nothing to import; check the path")
     before = config_before or b""
-    tables = "\n".join(_toml_table(s) for s in servers)
+    tables = "\n".join(_toml_table(s) for s in servers if s.same_as is None)
     separator = b"" if not before else (b"\n" if before.endswith(b"\n") else b"\n\n")
     after = before + separator + tables.encode("utf-8")
     host_after = {}
