@@ -30,6 +30,7 @@ The tree::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 
@@ -37,14 +38,19 @@ class WardenError(Exception):
     """Base of every error warden raises on purpose.
 
     ``hint`` is a short instruction for the user ("run `warden doctor`", "install bubblewrap"); the CLI prints it
-    under the message. ``exit_code`` is what the CLI exits with when this error ends a command.
+    under the message. ``details`` are the items of an error that has several (each problem of a config file):
+    the CLI prints each on a line of its own, escaped on its own, so a line break inside one (a hostile name) can
+    never start a line of its own; :attr:`message` carries them too, for logs and records. ``exit_code`` is what
+    the CLI exits with when this error ends a command.
     """
 
     exit_code: ClassVar[int] = 1
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
+    def __init__(self, message: str, *, hint: str | None = None, details: Sequence[str] = ()) -> None:
+        self.headline = message
+        self.details = tuple(details)
+        self.message = message + "".join("\n  " + detail for detail in self.details)
+        super().__init__(self.message)
         self.hint = hint
 
     def __str__(self) -> str:

@@ -467,3 +467,22 @@ def test_the_same_server_in_two_host_files_is_one_table_and_both_entries_move(ho
     assert (f"{cursor}: mcpServers.time: the server name 'time' is also used by {desktop}: mcpServers.time, with "
             "another command, environment or directories: rename one of them in its host file") in refused.stderr
     assert not config.exists()
+
+
+def test_a_problem_quoting_a_hostile_entry_name_stays_one_escaped_line(home: Path, isolated_env: Path) -> None:
+    """A project's host file comes with the repository it is in. Two entries whose names hold line breaks and a
+    forged ``warden: error:`` line, cleaned to the same server name: each problem is printed on a line of its own,
+    escaped on its own, and no line of stderr is one the entry wrote."""
+    cursor = home / ".cursor" / "mcp.json"
+    cursor.parent.mkdir(parents=True)
+    cursor.write_text(json.dumps({"mcpServers": {
+        "a\nwarden: error: forged\x1b": {"command": "uvx", "args": ["one"]},
+        "a\rwarden: error: forged\u202e": {"command": "uvx", "args": ["two"]}}}))
+    r = warden(home, "import")
+    assert r.returncode == 2
+    lines = r.stderr.removesuffix("\n").split("\n")
+    assert lines[0] == "warden: error: 1 problem(s); nothing was imported or written:"
+    assert lines[1].startswith("warden:   ") and "is also used by" in lines[1]
+    assert all(line.startswith("warden: ") and line.isprintable() for line in lines), lines
+    assert not any(line.startswith("warden: error: forged") for line in lines)
+    assert len(lines) == 3  # the error, its one problem, the hint

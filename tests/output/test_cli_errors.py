@@ -93,10 +93,11 @@ def test_a_command_s_error_line_about_a_hostile_policy_file_is_escaped_and_redac
     policy.write_text(f'[servers."{name}"]\ncommand = "srv"\n')  # the name as TOML spells it: \\u001b and so on
     done = _warden("policy", "check", "--user", str(policy))
     assert done.returncode == 2
-    error, hint = _safe_lines(done.stderr)
+    error, problem, hint = _safe_lines(done.stderr)
     quoted = repr(NASTY_NUL.replace(SECRET, "[REDACTED]"))  # the validator quotes it with repr()
-    assert error == (f"warden: error: 1 problem(s) in {policy}:\\n  {policy}:1: servers.{NASTY_NUL_SHOWN}: server "
-                     f"name {quoted} must be 1-64 of A-Z a-z 0-9 _ . -")
+    assert error == f"warden: error: 1 problem(s) in {policy}:"  # each problem on a line of its own, escaped alone
+    assert problem == (f"warden:   {policy}:1: servers.{NASTY_NUL_SHOWN}: server name {quoted} must be 1-64 of "
+                       "A-Z a-z 0-9 _ . -")
     assert hint == f"warden: hint: fix {policy} and check it with `warden policy check {policy}`"
 
 

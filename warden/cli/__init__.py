@@ -129,7 +129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ctx = CommandContext.from_args(args, os.environ)
         code: int = args.func(ctx, args)
     except WardenError as exc:  # messages may quote a server (a name, an error): shown as the log shows them
-        print_error(f"error: {exc.message}")
+        print_error(f"error: {exc.headline}")
+        for detail in exc.details:
+            print_error(f"  {detail}")
         if exc.hint:
             print_error(f"hint: {exc.hint}")
         return exc.exit_code

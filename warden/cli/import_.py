@@ -142,17 +142,11 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     def existing_secret(name: str) -> str | None:
         return store.get(name) if name in store.names() else None
 
-    try:
-        plan = build_plan(files, config_path=ctx.config_path, config_before=config_before,
-                          existing_servers=existing, warden_argv=_warden_argv(ctx),
-                          home=str(Path(ctx.env.get("HOME") or Path.home())), existing_secret=existing_secret,
-                          only=args.only, serve=args.serve)
-        _check_like_run(ctx, plan, store, serve=args.serve)
-    except ConfigError as exc:  # one problem per line (an error line is one line: each is escaped on its own)
-        head, *problems = exc.message.split("\n")
-        for problem in problems:
-            print_error(f"  {problem.strip()}")
-        raise ConfigError(head, hint=exc.hint) from exc
+    plan = build_plan(files, config_path=ctx.config_path, config_before=config_before,
+                      existing_servers=existing, warden_argv=_warden_argv(ctx),
+                      home=str(Path(ctx.env.get("HOME") or Path.home())), existing_secret=existing_secret,
+                      only=args.only, serve=args.serve)
+    _check_like_run(ctx, plan, store, serve=args.serve)
     redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
     _print(plan.describe(), redactor)
     if args.dry_run:
@@ -191,6 +185,6 @@ def _check_like_run(ctx: CommandContext, plan: ImportPlan, store: SecretStore, *
     if problems:
         runner = "`warden serve`" if serve else "`warden run`"
         raise ConfigError(f"{len(problems)} problem(s); {runner} would refuse these servers as imported, so "
-                          "nothing was imported or written:\n  " + "\n  ".join(problems),
+                          "nothing was imported or written:", details=problems,
                           hint="fix the entries named above (or the org policy), or leave them out with --only "
                                "NAME for each of the others; then run the same `warden import` with --dry-run again")

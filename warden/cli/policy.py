@@ -100,14 +100,16 @@ def check_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                      for p in launch_problems(policy.server(name), state_dir=ctx.state_dir,
                                               secret_names=secret_names)]
             if found:
-                problems.append(ConfigError(f"{len(found)} problem(s) in {path}:\n  " + "\n  ".join(found)))
+                problems.append(ConfigError(f"{len(found)} problem(s) in {path}:", details=found))
                 continue
         kind = "org policy" if loaded.role == "org" else "user config"
         print(f"{path}: ok ({kind}, {len(loaded.model.servers)} server(s))")
     if problems:
         if len(problems) == 1:
-            raise problems[0] if problems[0].hint else ConfigError(problems[0].message, hint="fix the lines shown")
-        raise ConfigError("\n".join(p.message for p in problems), hint="fix the lines shown")
+            raise problems[0] if problems[0].hint else ConfigError(problems[0].headline, hint="fix the lines shown",
+                                                                   details=problems[0].details)
+        raise ConfigError(f"problems in {len(problems)} files:", hint="fix the lines shown",
+                          details=[line for p in problems for line in (p.headline, *p.details)])
     return 0
 
 

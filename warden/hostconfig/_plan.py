@@ -551,7 +551,7 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
         paths = ", ".join(str(f.path) for f in files)
         problems.append(f"--only {', '.join(sorted(missing))}: no such entry in {paths}")
     if problems:
-        raise ConfigError(f"{len(problems)} problem(s); nothing was imported or written:\n  " + "\n  ".join(problems),
+        raise ConfigError(f"{len(problems)} problem(s); nothing was imported or written:", details=problems,
                           hint="fix the entries named above, then run the same `warden import` with --dry-run "
                                "again")
     if not servers:

@@ -106,7 +106,7 @@ def parse_policy(doc: Mapping[str, Any], lines: Mapping[KeyPath, int], *, path: 
                                                  "bounds launches in its [org] table"))
     if problems or model is None:
         problems.sort(key=lambda p: int(p.split(":")[1]) if p.split(":")[1].isdigit() else 0)
-        raise ConfigError(f"{len(problems)} problem(s) in {path}:\n  " + "\n  ".join(problems),
+        raise ConfigError(f"{len(problems)} problem(s) in {path}:", details=problems,
                           hint=f"fix {path} and check it with `warden policy check {path}`")
     return LoadedFile(path=path, role=role, model=model, lines=dict(lines),
                       sha256=hashlib.sha256(raw).hexdigest())
