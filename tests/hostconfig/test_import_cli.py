@@ -482,7 +482,8 @@ def test_a_problem_quoting_a_hostile_entry_name_stays_one_escaped_line(home: Pat
     assert r.returncode == 2
     lines = r.stderr.removesuffix("\n").split("\n")
     assert lines[0] == "warden: error: 1 problem(s); nothing was imported or written:"
-    assert lines[1].startswith("warden:   ") and "is also used by" in lines[1]
+    assert lines[1].startswith("warden:   ")
+    assert "is also used by" in lines[1]
     assert all(line.startswith("warden: ") and line.isprintable() for line in lines), lines
     assert not any(line.startswith("warden: error: forged") for line in lines)
     assert len(lines) == 3  # the error, its one problem, the hint
