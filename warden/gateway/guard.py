@@ -10,7 +10,8 @@ question and reads the answer; the gateway carries it to the host.
 A list from upstream — the first, one after ``list_changed``, any refresh — is observed in full: new entries stay
 pending (or are approved on first use where the policy says ``tofu`` and the scanner found nothing), changed ones
 are quarantined at once. Calls are decided against the digests of the definitions warden last listed, which are
-the only definitions a host can have seen through warden.
+the only definitions a host can have seen through warden. The instructions' pin state is one more fact: their
+quarantine (nothing the server offers is usable while new or changed instructions wait) is :func:`decide`'s.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ from warden.policy import (
     ContentScanner,
     Decision,
     Detection,
-    Effect,
     ElicitationFacts,
     EntryKind,
     FlowRole,
@@ -182,12 +182,12 @@ class Guard:
         """The keys of ``kind`` a host of ``principal`` may see now, of those warden last listed (for telling
         hosts what an approval made anywhere changed)."""
         self._fresh()
-        if kind not in self._digests or self.quarantine(principal) is not None:
+        if kind not in self._digests:
             return frozenset()
-        server_pin = self.server_state(principal)
+        server_pin, instructions_pin = self.server_state(principal), self.instructions_state(principal)
         return frozenset(key for key, d in self._digests[kind].items() if decide(ListEntryFacts(
             self.policy, kind, key, self.store.state(self.server, kind, key, d, refresh=False, principal=principal),
-            server_pin)).allowed)
+            server_pin, instructions_pin=instructions_pin)).allowed)
 
     def waiting(self) -> int:
         """How many of this server's entries (identity and instructions included) wait for a human's approval."""
@@ -231,19 +231,6 @@ class Guard:
             return instructions
         return None
 
-    def quarantine(self, principal: str | None = None) -> Decision | None:
-        """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the
-        server offers is shown or forwarded (a changed instruction is a rug pull of every tool at once)."""
-        state = self.instructions_state(principal)
-        if state is PinState.APPROVED or self.server_state(principal) is not PinState.APPROVED:
-            return None
-        what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
-            state, "are new and not approved")
-        return Decision(Effect.DENY, f"server {self.server!r}: its instructions {what}; nothing it offers is "
-                                     "usable until they are approved", Source("builtin", None, None, "pins"),
-                        hint=f"review them: warden pins diff {self.server} --kind instructions; then approve: "
-                             f"warden pins approve {self.server} --kind instructions")
-
     # -- lists --------------------------------------------------------------------------------------------------
 
     def knows(self, method: str) -> bool:
@@ -277,16 +264,15 @@ class Guard:
         kind, key_field = LIST_KINDS[method]
         digests = self._digests.get(kind, {})
         self._fresh()  # approvals from another terminal count at once
-        server_pin = self.server_state(principal)
-        if self.quarantine(principal) is not None:
-            return []
+        server_pin, instructions_pin = self.server_state(principal), self.instructions_state(principal)
         out = []
         for item in items:
             key = item.get(key_field) if isinstance(item, Mapping) else None
             if not isinstance(key, str) or key not in digests:
                 continue
             pin = self.store.state(self.server, kind, key, digests[key], refresh=False, principal=principal)
-            if decide(ListEntryFacts(self.policy, kind, key, pin, server_pin)).allowed:
+            if decide(ListEntryFacts(self.policy, kind, key, pin, server_pin,
+                                     instructions_pin=instructions_pin)).allowed:
                 out.append(item)
         return out
 
@@ -387,17 +373,16 @@ class Guard:
             cached = self._decisions.get(key)
             if cached is not None:
                 return cached
-        decision = self.quarantine(principal)
-        if decision is None or channel:
-            taint: tuple[TaintMark, ...] = ()
-            if role.sink is not None and session is not None:
-                taint = self._taint(session)
-            decision = decide(ToolCallFacts(
-                self.policy, tool, self._pin("tool", tool, principal), self.server_state(principal), arguments,
-                consent_channel=channel,
-                confirmed_arguments_digest=confirmed_digest,
-                resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
-                session=session, approval_channel=approval_channel, content_findings=findings))
+        taint: tuple[TaintMark, ...] = ()
+        if role.sink is not None and session is not None:
+            taint = self._taint(session)
+        decision = decide(ToolCallFacts(
+            self.policy, tool, self._pin("tool", tool, principal), self.server_state(principal), arguments,
+            consent_channel=channel,
+            confirmed_arguments_digest=confirmed_digest,
+            resolved_paths=resolve_argument_paths(self.policy, tool, arguments), flow_role=role, taint=taint,
+            session=session, approval_channel=approval_channel, content_findings=findings,
+            instructions_pin=self.instructions_state(principal)))
         if key is not None:
             self._decisions[key] = decision
         return decision
@@ -471,25 +456,21 @@ class Guard:
 
     def decide_prompt(self, name: str, *, channel: bool, principal: str | None = None) -> Decision:
         self._fresh()
-        held = self.quarantine(principal)
-        if held is not None and not channel:
-            return held
         return decide(PromptGetFacts(self.policy, name, self._pin("prompt", name, principal),
-                                     self.server_state(principal), channel))
+                                     self.server_state(principal), channel,
+                                     instructions_pin=self.instructions_state(principal)))
 
     def decide_read(self, uri: str, *, channel: bool, principal: str | None = None) -> Decision:
         """A read is allowed through the listed resource with that URI, else the first listed template it fits."""
         self._fresh()
-        held = self.quarantine(principal)
-        if held is not None and not channel:
-            return held
         pin = self._pin("resource", uri, principal)
         if pin is PinState.UNKNOWN:
             for template in self._digests.get("resource_template", {}):
                 if _template_regex(template).fullmatch(uri):
                     pin = self._pin("resource_template", template, principal)
                     break
-        return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(principal), channel))
+        return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(principal), channel,
+                                        instructions_pin=self.instructions_state(principal)))
 
     def call_confirmation(self, tool: str, arguments: Mapping[str, Any] | None,
                           reason: str | None = None) -> CallConfirmation:

@@ -4,6 +4,9 @@ The gateway gathers the facts (pin states from the store, the host's declared ca
 calls :func:`decide` for every server launch, every ``tools/call``, ``prompts/get`` and ``resources/read``, every
 entry it would list, and every sampling, elicitation and roots request it would forward. Anything no rule allows is
 denied; every decision names the rule that decided it (a file and line, or a built-in rule with its obligation ID).
+
+The server's instructions are one of those facts (``instructions_pin``): they speak for the whole server, so while
+new or changed ones wait for approval nothing the server offers is listed or forwarded (:func:`_quarantine`).
 """
 
 from __future__ import annotations
@@ -112,7 +115,9 @@ class LaunchFacts:
 @final
 @dataclass(frozen=True, slots=True)
 class ListEntryFacts:
-    """Should this entry of an upstream list be shown to the host?"""
+    """Should this entry of an upstream list be shown to the host? ``instructions_pin``: the state of the server's
+    instructions (their quarantine hides every tool, prompt and resource; a ``server`` or ``instructions`` entry
+    is decided on its own pin)."""
 
     server: ServerPolicy
     kind: EntryKind
@@ -120,6 +125,7 @@ class ListEntryFacts:
     pin: PinState
     server_pin: PinState
     consent_channel: bool = False
+    instructions_pin: PinState = PinState.APPROVED
 
 
 @final
@@ -131,7 +137,8 @@ class ToolCallFacts:
     ``flow_role``: the tool's role in the flow policy (``warden.policy.classify``); ``taint``: the sources that
     answered in this host session (``TaintLedger.marks``); ``session``: that session's key (for the hint).
     ``approval_channel``: a human can be asked out of band (a webhook) to confirm a call, though not to approve
-    pins. ``content_findings``: what the content rules found in the arguments (``Guard.screen_arguments``)."""
+    pins. ``content_findings``: what the content rules found in the arguments (``Guard.screen_arguments``).
+    ``instructions_pin``: the state of the server's instructions (see :func:`_quarantine`)."""
 
     server: ServerPolicy
     tool: str
@@ -146,28 +153,34 @@ class ToolCallFacts:
     session: str | None = None
     approval_channel: bool = False
     content_findings: tuple[ContentFinding, ...] = ()
+    instructions_pin: PinState = PinState.APPROVED
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class PromptGetFacts:
+    """A ``prompts/get``. ``instructions_pin``: the state of the server's instructions (see :func:`_quarantine`)."""
+
     server: ServerPolicy
     name: str
     pin: PinState
     server_pin: PinState
     consent_channel: bool = False
+    instructions_pin: PinState = PinState.APPROVED
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class ResourceReadFacts:
-    """A ``resources/read``. ``pin`` is the state of the listed resource, or of the template the URI matched."""
+    """A ``resources/read``. ``pin`` is the state of the listed resource, or of the template the URI matched;
+    ``instructions_pin`` the state of the server's instructions (see :func:`_quarantine`)."""
 
     server: ServerPolicy
     uri: str
     pin: PinState
     server_pin: PinState
     consent_channel: bool = False
+    instructions_pin: PinState = PinState.APPROVED
 
 
 @final
@@ -293,6 +306,22 @@ def _pin_check(server: ServerPolicy, kind: EntryKind, name: str, pin: PinState, 
                     hint=_approve_hint(server.name, kind, name))
 
 
+def _quarantine(server: ServerPolicy, instructions_pin: PinState, server_pin: PinState) -> Decision | None:
+    """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the server
+    offers is shown or forwarded (a changed instruction is a rug pull of every tool at once). A server that is not
+    approved itself is refused for that, by :func:`_pin_check`. A call, prompt or read that can ask a human in-band
+    (``consent_channel``) is decided on its own pins: the approval it asks for carries the waiting instructions
+    with it (``Guard.pending_consent``)."""
+    if instructions_pin is PinState.APPROVED or server_pin is not PinState.APPROVED:
+        return None
+    what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
+        instructions_pin, "are new and not approved")
+    return Decision(Effect.DENY, f"server {server.name!r}: its instructions {what}; nothing it offers is usable "
+                                 "until they are approved", _builtin("pins"),
+                    hint=f"review them: warden pins diff {server.name} --kind instructions; then approve: "
+                         f"warden pins approve {server.name} --kind instructions")
+
+
 def _values(arguments: Any, path: list[str], prefix: str) -> Iterator[tuple[str, Any]]:
     if not path:
         yield prefix, arguments
@@ -374,6 +403,9 @@ def _layers(server: ServerPolicy, kind: EntryKind) -> tuple[LayerRules, ...]:
 
 
 def _decide_tool(f: ToolCallFacts) -> Decision:
+    quarantined = None if f.consent_channel else _quarantine(f.server, f.instructions_pin, f.server_pin)
+    if quarantined is not None:
+        return quarantined
     d, confirm, allow_src = _decide_named(f.server, "tool", f.tool, f.server.tools, f.pin, f.server_pin,
                                           f.consent_channel)
     if d is not None:
@@ -646,16 +678,25 @@ def decide(facts: Facts) -> Decision:
                            facts.consent_channel) if facts.kind == "server" else _pin_check(
                 facts.server, facts.kind, facts.name, facts.pin, facts.server_pin, facts.consent_channel)
             return d or Decision(Effect.ALLOW, f"{facts.kind} approved", _builtin("pins"))
+        d = _quarantine(facts.server, facts.instructions_pin, facts.server_pin)
+        if d is not None:
+            return d
         d, _, src = _decide_named(facts.server, facts.kind, facts.name, _layers(facts.server, facts.kind), facts.pin,
                                   facts.server_pin, facts.consent_channel)
         return d or Decision(Effect.ALLOW, f"{_KIND_LABEL[facts.kind]} {render_visible(facts.name)!r} is approved "
                                            "and allowed", src or _builtin("allow"))
     if isinstance(facts, PromptGetFacts):
+        d = None if facts.consent_channel else _quarantine(facts.server, facts.instructions_pin, facts.server_pin)
+        if d is not None:
+            return d
         d, _, src = _decide_named(facts.server, "prompt", facts.name, facts.server.prompts, facts.pin,
                                   facts.server_pin, facts.consent_channel)
         return d or Decision(Effect.ALLOW, f"prompt {render_visible(facts.name)!r} is approved and allowed",
                              src or _builtin("allow"))
     if isinstance(facts, ResourceReadFacts):
+        d = None if facts.consent_channel else _quarantine(facts.server, facts.instructions_pin, facts.server_pin)
+        if d is not None:
+            return d
         d, _, src = _decide_named(facts.server, "resource", facts.uri, facts.server.resources, facts.pin,
                                   facts.server_pin, facts.consent_channel)
         return d or Decision(Effect.ALLOW, f"resource {render_visible(facts.uri)!r} is approved and allowed",
