@@ -33,8 +33,8 @@ import trio
 from warden import __version__
 from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
-from warden.gateway.core import NO_SINK, Gateway
-from warden.gateway.link import Answer, HostLink, LegacyHost, Rewritten, Sink, Started
+from warden.gateway.core import Gateway
+from warden.gateway.link import NO_SINK, Answer, HostLink, LegacyHost, Rewritten, Sink, Started
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     MAX_TASKS,

@@ -13,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
@@ -32,6 +32,16 @@ class Sink(Protocol):
     async def send(self, message: bytes) -> None:
         """Write one encoded message. Raises ``trio.ClosedResourceError`` once the host side is gone."""
         ...
+
+
+class NullSink:
+    """Where messages of warden's own requests go: nowhere (no host is waiting on them)."""
+
+    async def send(self, message: bytes) -> None:
+        return None
+
+
+NO_SINK: Final = NullSink()
 
 
 @final
@@ -172,6 +182,15 @@ class Context:
     """Who sent it (:class:`Caller`), recorded with each decision."""
 
 
+class UpstreamCall(Protocol):
+    """How a part of the gateway sends one request upstream for a host request of ``ctx``: through the gateway's
+    one call path (:meth:`~warden.gateway.core.Gateway._call_upstream`), which declares what the host may be
+    asked and routes the server's progress to ``sink``. ``tasks``: the request carries the tasks extension."""
+
+    async def __call__(self, method: str, params: Mapping[str, Any], ctx: Context, sink: Sink, *,
+                       tasks: bool = False) -> Reply: ...
+
+
 @final
 @dataclass(slots=True)
 class _Question:
@@ -223,6 +242,11 @@ class HostLink:
     @property
     def era(self) -> Era:
         return Era.LEGACY if self.legacy is not None else Era.MODERN
+
+    def can_ask_in_band(self, ctx: Context) -> bool:
+        """A human can be asked on the wire for this request (``ctx``): a legacy host that declared form
+        elicitation. (A 2026 host that can show a form is asked through an ``input_required`` round instead.)"""
+        return ctx.era is Era.LEGACY and self.legacy is not None and self.legacy.host_capabilities.elicitation_form
 
     async def ask(self, sink: Sink, method: str, params: Mapping[str, Any]) -> Reply:
         """Put a question to the host on ``sink`` under a warden id (PX17) and wait for its answer."""

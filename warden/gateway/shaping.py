@@ -1,4 +1,5 @@
-"""Reshaping results and capabilities between eras. Pure functions over decoded JSON.
+"""Reshaping results and capabilities between eras. Pure functions over decoded JSON (and, where a result passes
+byte for byte, over its raw text).
 
 A legacy host must not see modern-only fields (``resultType``, ``ttlMs``, ``cacheScope``, the server-info and
 subscription ``_meta`` keys); a modern host must get them (absent ``resultType`` means complete, but warden states
@@ -11,6 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+import msgspec
+
+from warden.errors import RemoteProtocolError
 from warden.gateway.tasks import presented
 from warden.protocol.eras import (
     CACHEABLE_METHODS,
@@ -21,7 +25,9 @@ from warden.protocol.eras import (
     META_SERVER_INFO,
     META_SUBSCRIPTION_ID,
     Era,
+    result_type,
 )
+from warden.protocol.messages import INTERNAL_ERROR
 
 _MODERN_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
 _MODERN_RESULT_META: Final = (META_SERVER_INFO, META_SUBSCRIPTION_ID)
@@ -60,6 +66,35 @@ def to_legacy_result(result: dict[str, Any]) -> dict[str, Any]:
         if not meta:
             del result["_meta"]
     return result
+
+
+class _ResultType(msgspec.Struct):
+    resultType: str | None = None
+
+
+_peek_result_type = msgspec.json.Decoder(_ResultType).decode
+
+
+def result_kind(raw: bytes, *, tasks: bool = False) -> tuple[str, bool]:
+    """A 2026 server's result's type (absent means complete, LC16; unknown is invalid, LC17; ``"task"`` only on a
+    request that declared the tasks extension, ``tasks``) and whether it was stated, read without decoding the
+    rest of the result.
+
+    Raises:
+        RemoteProtocolError: the result's ``resultType`` is not a string, or not one warden knows.
+    """
+    try:
+        stated = _peek_result_type(raw).resultType
+    except msgspec.DecodeError as exc:
+        raise RemoteProtocolError("the server's resultType is not a string", jsonrpc_code=INTERNAL_ERROR) from exc
+    return result_type({} if stated is None else {"resultType": stated}, tasks_declared=tasks), stated is not None
+
+
+def state_complete(raw: bytes) -> bytes:
+    """A modern result that left ``resultType`` out means complete (LC16); a 2026 host expects it stated. The raw
+    object text is spliced, not re-encoded, so everything else passes byte for byte."""
+    body = raw[1:].lstrip()
+    return b'{"resultType":"complete"' + (b"," + body if body[:1] != b"}" else b"}")
 
 
 def to_modern_result(result: dict[str, Any], method: str, server_info: Mapping[str, Any] | None) -> dict[str, Any]:
