@@ -75,8 +75,10 @@ def test_an_unapproved_server_is_refused_for_itself_not_its_instructions(sp: Ser
 
 
 def test_a_request_that_can_ask_in_band_is_decided_on_its_own_pins(sp: ServerPolicy) -> None:
-    """The approval a call, prompt or read asks a human for carries the waiting instructions with it; a list entry
-    is never asked about, so the quarantine holds it whatever the channel."""
+    """As the guard decided before the quarantine was decide()'s: a call, prompt or read that can ask in-band is
+    decided on its own pins (an approval it asks for carries the waiting instructions with it; an approved entry is
+    not held). A list entry is never asked about, so the quarantine holds it whatever the channel, and an
+    out-of-band approval channel (a webhook, which cannot approve pins) does not lift it."""
     changed = PinState.CHANGED
     assert decide(ToolCallFacts(sp, "add", A, A, {}, consent_channel=True, instructions_pin=changed)).allowed
     assert decide(PromptGetFacts(sp, "greet", A, A, True, instructions_pin=changed)).allowed

@@ -310,8 +310,9 @@ def _quarantine(server: ServerPolicy, instructions_pin: PinState, server_pin: Pi
     """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the server
     offers is shown or forwarded (a changed instruction is a rug pull of every tool at once). A server that is not
     approved itself is refused for that, by :func:`_pin_check`. A call, prompt or read that can ask a human in-band
-    (``consent_channel``) is decided on its own pins: the approval it asks for carries the waiting instructions
-    with it (``Guard.pending_consent``)."""
+    (``consent_channel``) is decided on its own pins, as the guard decided it before the quarantine was a fact here:
+    an approval it asks for carries the waiting instructions with it (``Guard.pending_consent``), and an entry that
+    is approved already is not held."""
     if instructions_pin is PinState.APPROVED or server_pin is not PinState.APPROVED:
         return None
     what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
