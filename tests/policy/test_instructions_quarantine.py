@@ -74,15 +74,21 @@ def test_an_unapproved_server_is_refused_for_itself_not_its_instructions(sp: Ser
     assert "changed its launch manifest" in decision.reason
 
 
-def test_a_request_that_can_ask_in_band_is_decided_on_its_own_pins(sp: ServerPolicy) -> None:
-    """As the guard decided before the quarantine was decide()'s: a call, prompt or read that can ask in-band is
-    decided on its own pins (an approval it asks for carries the waiting instructions with it; an approved entry is
-    not held). A list entry is never asked about, so the quarantine holds it whatever the channel, and an
-    out-of-band approval channel (a webhook, which cannot approve pins) does not lift it."""
+def test_a_request_that_can_ask_in_band_asks_for_the_instructions_first(sp: ServerPolicy) -> None:
+    """A call, prompt or read that can ask a human in-band is asked about the waiting instructions (the guard's
+    question carries them), even when its own entry is approved: before, such a request was decided on its own
+    pins, so an approved tool stayed callable while the lists it came from hid it. Revoked instructions, or a
+    policy that denies what is new or changed, are never asked about. A list entry is never asked about, so the
+    quarantine holds it whatever the channel, and an out-of-band channel (a webhook, which cannot approve pins)
+    does not lift it."""
     changed = PinState.CHANGED
-    assert decide(ToolCallFacts(sp, "add", A, A, {}, consent_channel=True, instructions_pin=changed)).allowed
-    assert decide(PromptGetFacts(sp, "greet", A, A, True, instructions_pin=changed)).allowed
-    assert decide(ResourceReadFacts(sp, "mem://a", A, A, True, instructions_pin=changed)).allowed
+    for facts in (ToolCallFacts(sp, "add", A, A, {}, consent_channel=True, instructions_pin=changed),
+                  PromptGetFacts(sp, "greet", A, A, True, instructions_pin=changed),
+                  ResourceReadFacts(sp, "mem://a", A, A, True, instructions_pin=changed)):
+        assert decide(facts) == Decision(Effect.ASK, "server 's': its instructions changed since they were approved",
+                                         sp.on_changed.source, hint=HINT)
+    assert is_quarantine(decide(ToolCallFacts(sp, "add", A, A, {}, consent_channel=True,
+                                              instructions_pin=PinState.REVOKED)))
     assert is_quarantine(decide(ListEntryFacts(sp, "tool", "add", A, A, True, instructions_pin=changed)))
     assert is_quarantine(decide(ToolCallFacts(sp, "add", A, A, {}, approval_channel=True,
                                               instructions_pin=changed)))

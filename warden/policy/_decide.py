@@ -306,21 +306,25 @@ def _pin_check(server: ServerPolicy, kind: EntryKind, name: str, pin: PinState, 
                     hint=_approve_hint(server.name, kind, name))
 
 
-def _quarantine(server: ServerPolicy, instructions_pin: PinState, server_pin: PinState) -> Decision | None:
+def _quarantine(server: ServerPolicy, instructions_pin: PinState, server_pin: PinState,
+                channel: bool = False) -> Decision | None:
     """Instructions speak for the whole server: while new or changed ones wait for approval, nothing the server
     offers is shown or forwarded (a changed instruction is a rug pull of every tool at once). A server that is not
     approved itself is refused for that, by :func:`_pin_check`. A call, prompt or read that can ask a human in-band
-    (``consent_channel``) is decided on its own pins, as the guard decided it before the quarantine was a fact here:
-    an approval it asks for carries the waiting instructions with it (``Guard.pending_consent``), and an entry that
-    is approved already is not held."""
+    (``channel``) asks, as for a pending entry of its own: the question the guard builds carries the waiting
+    instructions (``Guard.pending_consent``), and the request goes on only once they are approved. A list entry is
+    never asked about, so a list is held whatever the channel."""
     if instructions_pin is PinState.APPROVED or server_pin is not PinState.APPROVED:
         return None
     what = {PinState.CHANGED: "changed since they were approved", PinState.REVOKED: "were revoked"}.get(
         instructions_pin, "are new and not approved")
+    hint = (f"review them: warden pins diff {server.name} --kind instructions; then approve: "
+            f"warden pins approve {server.name} --kind instructions")
+    setting = server.on_changed if instructions_pin is PinState.CHANGED else server.on_new
+    if channel and instructions_pin is not PinState.REVOKED and setting.value != "deny":
+        return Decision(Effect.ASK, f"server {server.name!r}: its instructions {what}", setting.source, hint=hint)
     return Decision(Effect.DENY, f"server {server.name!r}: its instructions {what}; nothing it offers is usable "
-                                 "until they are approved", _builtin("pins"),
-                    hint=f"review them: warden pins diff {server.name} --kind instructions; then approve: "
-                         f"warden pins approve {server.name} --kind instructions")
+                                 "until they are approved", _builtin("pins"), hint=hint)
 
 
 def _values(arguments: Any, path: list[str], prefix: str) -> Iterator[tuple[str, Any]]:
@@ -404,7 +408,7 @@ def _layers(server: ServerPolicy, kind: EntryKind) -> tuple[LayerRules, ...]:
 
 
 def _decide_tool(f: ToolCallFacts) -> Decision:
-    quarantined = None if f.consent_channel else _quarantine(f.server, f.instructions_pin, f.server_pin)
+    quarantined = _quarantine(f.server, f.instructions_pin, f.server_pin, f.consent_channel)
     if quarantined is not None:
         return quarantined
     d, confirm, allow_src = _decide_named(f.server, "tool", f.tool, f.server.tools, f.pin, f.server_pin,
@@ -687,7 +691,7 @@ def decide(facts: Facts) -> Decision:
         return d or Decision(Effect.ALLOW, f"{_KIND_LABEL[facts.kind]} {render_visible(facts.name)!r} is approved "
                                            "and allowed", src or _builtin("allow"))
     if isinstance(facts, PromptGetFacts):
-        d = None if facts.consent_channel else _quarantine(facts.server, facts.instructions_pin, facts.server_pin)
+        d = _quarantine(facts.server, facts.instructions_pin, facts.server_pin, facts.consent_channel)
         if d is not None:
             return d
         d, _, src = _decide_named(facts.server, "prompt", facts.name, facts.server.prompts, facts.pin,
@@ -695,7 +699,7 @@ def decide(facts: Facts) -> Decision:
         return d or Decision(Effect.ALLOW, f"prompt {render_visible(facts.name)!r} is approved and allowed",
                              src or _builtin("allow"))
     if isinstance(facts, ResourceReadFacts):
-        d = None if facts.consent_channel else _quarantine(facts.server, facts.instructions_pin, facts.server_pin)
+        d = _quarantine(facts.server, facts.instructions_pin, facts.server_pin, facts.consent_channel)
         if d is not None:
             return d
         d, _, src = _decide_named(facts.server, "resource", facts.uri, facts.server.resources, facts.pin,
