@@ -185,3 +185,83 @@ async def test_shutdown_under_cancellation_still_flushes_and_joins(tmp_path: Pat
     assert _writers() == []
     _, records = verify_dir(tmp_path)
     assert records[-1]["event"] == "audit.closed"
+
+
+async def test_write_ahead_append_then_runs_each_continuation_once_its_record_is_durable(tmp_path: Path,
+                                                                                       monkeypatch: Any) -> None:
+    """covers: write-ahead. ``append_then`` does not wait: each continuation runs on the trio thread with its
+    record's index once the batch holding it is durable (never before its ``fdatasync`` returned), in commit
+    order; EIO at the commit hands every continuation of the batch the error, and later ones are refused at once."""
+    async with open_audit_log(tmp_path) as log:
+        real = os.fdatasync
+        synced = 0
+
+        def counting(fd: int) -> None:
+            nonlocal synced
+            real(fd)
+            if threading.current_thread().name == "warden-audit-writer":
+                synced += 1
+
+        monkeypatch.setattr(os, "fdatasync", counting)
+        trio_thread = threading.current_thread()
+        got: list[tuple[int, int | AuditError]] = []
+
+        def then(n: int) -> Any:
+            def settled(result: int | AuditError) -> None:
+                assert threading.current_thread() is trio_thread
+                assert synced > base  # a continuation never runs before the commit point of its batch
+                got.append((n, result))
+            return settled
+
+        base = synced
+        for n in range(16):
+            log.append_then(decision(n), then(n))
+        assert got == []  # nothing ran inline: the caller went on at once
+        with trio.fail_after(10):
+            while len(got) < 16:
+                await trio.sleep(0.005)
+        assert [n for n, _ in got] == list(range(16))
+        indexes = [r for _, r in got]
+        assert all(isinstance(i, int) for i in indexes)
+        assert indexes == sorted(indexes)
+        assert len(set(indexes)) == 16
+
+        def failing(fd: int) -> None:
+            if threading.current_thread().name == "warden-audit-writer":
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", failing)
+        failed: list[int | AuditError] = []
+        for n in range(4):
+            log.append_then(decision(100 + n), failed.append)
+        with trio.fail_after(10):
+            while len(failed) < 4:
+                await trio.sleep(0.005)
+        assert all(isinstance(r, AuditLogFailed) for r in failed)
+        with pytest.raises(AuditLogFailed):
+            log.append_then(decision(200), failed.append)
+        assert len(failed) == 4
+        monkeypatch.setattr(os, "fdatasync", real)
+    _, records = verify_dir(tmp_path)
+    by_index = {r["index"]: r for r in records}
+    assert [by_index[i]["request_digest"] for _, i in got] == [decision(n).request_digest for n in range(16)]
+
+
+async def test_write_ahead_append_then_hears_of_a_writer_thread_death(tmp_path: Path, monkeypatch: Any) -> None:
+    """covers: write-ahead. The writer thread dies with a batch of continuations: each gets AuditLogFailed."""
+    async with open_audit_log(tmp_path) as log:
+        await log.append(decision(0))
+
+        def broken(self: AuditLog, *_: Any) -> None:
+            raise RuntimeError("writer bug")
+
+        monkeypatch.setattr(AuditLog, "_commit", broken)
+        got: list[int | AuditError] = []
+        log.append_then(decision(1), got.append)
+        with trio.fail_after(10):
+            while not got:
+                await trio.sleep(0.005)
+        assert len(got) == 1
+        assert isinstance(got[0], AuditLogFailed)
+        assert "writer stopped" in got[0].message

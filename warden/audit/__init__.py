@@ -26,6 +26,7 @@ Promises:
 
 * ``append`` returns the record's index only after an ``fdatasync`` covered it. Concurrent appends share one
   ``fdatasync`` (group commit); the flock, writes and syncs run in a worker thread, never on the event loop.
+  ``append_then`` is ``append`` for a caller that must not wait: a continuation gets the index (or the error).
   ``append_later`` queues a record nothing waits on; it is durable within ``LATER_WITHIN`` seconds.
 * Any write or fsync error fails the log for good: that ``append`` and every later one raise
   :class:`AuditLogFailed` (an ``AuditError``). Refuse the action when ``append`` raises; recovery on the next

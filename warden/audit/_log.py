@@ -21,7 +21,10 @@ How the two threads meet, and why:
   as the last thing it does for the batch before it waits again, so the woken trio thread does not have to
   fight it for the GIL.
 
-``append`` returns only when the record is durable. Any write or fsync error fails the log for good: the batch
+``append`` returns only when the record is durable. ``append_then`` is the same append for a caller that must not
+wait (the host's reader deciding a call): instead of a waiter it leaves a continuation on the batch, run on the
+trio thread by the same wakeup that sets the batch's event, with the record's index or the error ``append`` would
+have raised.  Any write or fsync error fails the log for good: the batch
 in flight, the batch gathering and every later ``append`` raise :class:`AuditLogFailed`, so a gateway that awaits
 ``append`` before forwarding fails closed (write-ahead); so does any error of the writer thread itself. Only a
 restart, whose recovery re-reads the disk, clears it. A full disk is not such an error: the log pauses
@@ -70,6 +73,11 @@ LATER_WITHIN = 0.05
 _T = TypeVar("_T")
 
 
+#: What :meth:`AuditLog.append_then` is given: called once, on the trio thread, with the durable record's index or
+#: the error that refused it. It must neither wait nor raise (it runs as a callback of the event loop).
+_Then = Callable[[int | AuditError], None]
+
+
 @dataclass(slots=True, eq=False)
 class _Batch:
     items: list[PreparedRecord] = field(default_factory=list)
@@ -77,7 +85,15 @@ class _Batch:
     urgent: bool = False  # someone awaits this batch (``append``), so it is committed as soon as possible
     due: float = 0.0  # monotonic time by which a batch nobody awaits is committed anyway
     first: int = -1
-    error: BaseException | None = None
+    error: AuditError | None = None
+    then: list[tuple[int, _Then]] = field(default_factory=list)  # continuations, by position in the batch
+
+    def settle(self) -> None:
+        """On the trio thread: the batch is durable (or failed); wake its waiters, run its continuations."""
+        self.done.set()
+        error = self.error
+        for position, then in self.then:
+            then(self.first + position if error is None else error)
 
 
 @dataclass(slots=True, eq=False)
@@ -88,6 +104,10 @@ class _Job:
     done: trio.Event = field(default_factory=trio.Event)
     result: object = None
     error: BaseException | None = None
+
+    def settle(self) -> None:
+        """On the trio thread: the job ran (or never will); wake its waiter."""
+        self.done.set()
 
 
 @final
@@ -184,6 +204,18 @@ class AuditLog:
             raise batch.error
         return batch.first + position
 
+    def append_then(self, record: Record | FilledRecord, then: _Then) -> None:
+        """Append ``record`` as :meth:`append` does, without waiting: ``then`` gets its index once it is durable
+        (on the trio thread, from the writer's wakeup), or the error :meth:`append` would raise then. A caller
+        that acts on the record acts only in ``then`` (write-ahead).
+
+        Raises:
+            AuditLogFailed, AuditDiskFull, InvalidRecord, AuditError: as :meth:`append`, checked before queueing
+                (``then`` is not called).
+        """
+        batch, position = self._join(record, urgent=True)
+        batch.then.append((position, then))  # the batch settles on this thread: not before this returns
+
     def append_later(self, record: Record | FilledRecord) -> None:
         """Queue ``record`` to be made durable with the next batch, within :data:`LATER_WITHIN` seconds; return at
         once. For records nothing waits on: if their batch fails, the log fails and the next ``append`` raises.
@@ -276,7 +308,7 @@ class AuditLog:
             pending, self._open = self._open, _Batch()
         if pending.items and pending.error is None:
             pending.error = exc
-            pending.done.set()
+            pending.settle()
 
     def _writer_died(self, exc: AuditLogFailed, work: _Batch | _Job | None) -> None:
         """The writer thread ended with an error of its own (on the trio thread): fail the log, the work it held
@@ -289,7 +321,7 @@ class AuditLog:
             jobs.append(work)
         for job in jobs:
             job.error = exc
-            job.done.set()
+            job.settle()
 
     # -- the writer thread ----------------------------------------------------------------------------------
 
@@ -399,7 +431,7 @@ class AuditLog:
             self._batches += 1
             self._largest = max(self._largest, len(batch.items))
         # (AuditDiskFull: nothing was written; the log paused, and says so, until there is room)
-        batch.done.set()
+        batch.settle()
 
     async def _drain(self) -> None:
         """Commit whatever is gathering, then stop accepting appends."""
