@@ -20,6 +20,7 @@ import trio
 import trio.testing
 
 from tests.policy.helpers import policy_from
+from warden import audit
 from warden.gateway.core import Gateway
 from warden.gateway.guard import Guard
 from warden.gateway.hub import Hub, Member
@@ -199,9 +200,11 @@ class ScriptedHost:
 
 async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, *, options: UpstreamOptions,
                         user_policy: str = "", name: str = "scripted", start: bool = True,
-                        on_new: str = "tofu", store: PinStore | None = None) -> Gateway:
+                        on_new: str = "tofu", store: PinStore | None = None,
+                        log: audit.AuditLog | None = None) -> Gateway:
     """warden's real gateway and upstream (started in ``nursery`` unless not ``start``) in front of ``connector``,
-    trusting on first use unless ``on_new`` says otherwise, audit off (the audit log has its own batteries).
+    trusting on first use unless ``on_new`` says otherwise, recording to ``log`` (default: audit off; the audit log
+    has its own batteries).
     ``user_policy`` is TOML appended to the user policy after its ``[defaults]`` table (a
     ``[defaults.capabilities]`` table, say); ``store`` is a pin store to share (default: one of its own)."""
     state = tmp / "state"
@@ -209,8 +212,8 @@ async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, 
     user = f'[defaults]\non_new = "{on_new}"\n{user_policy}\n'
     policy = policy_from(tmp, user=user).server(name, (name,))
     guard = Guard(policy=policy, store=store or PinStore(state), manifest={"command": [name]})
-    recorder = Recorder(None, server=name, server_id=guard.identity, policy_digest=guard.policy.digest,
-                        sandbox_digest="0" * 64, detail=guard.policy.audit_arguments.value)
+    recorder = Recorder(log, server=name, server_id=guard.identity, policy_digest=guard.policy.digest,
+                        sandbox_digest="sha256:" + "0" * 64, detail=guard.policy.audit_arguments.value)
     await recorder.pins(await guard.observe_identity())
     gateway = Gateway(name=name, guard=guard, recorder=recorder, signer=StateSigner(b"k" * 32),
                       background=nursery, question_timeout=options.request_timeout, fast_path=True)
@@ -223,15 +226,15 @@ async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, 
 
 @asynccontextmanager
 async def gateway_in_process(tmp: Path, script: Script, *,
-                             options: UpstreamOptions | None = None,
-                             user_policy: str = "") -> AsyncIterator[tuple[ScriptedHost, MemoryConnector]]:
-    """warden's real gateway (:func:`start_gateway`) between ``script`` (the server) and a scripted host on the
-    stdio face."""
+                             options: UpstreamOptions | None = None, user_policy: str = "",
+                             log: audit.AuditLog | None = None) -> AsyncIterator[tuple[ScriptedHost, MemoryConnector]]:
+    """warden's real gateway (:func:`start_gateway`, recording to ``log``) between ``script`` (the server) and a
+    scripted host on the stdio face."""
     options = options or UpstreamOptions()
     connector = MemoryConnector(script, options.max_message_size)
     host_side, warden_side = trio.testing.memory_stream_pair()
     async with trio.open_nursery() as nursery:
-        gateway = await start_gateway(tmp, connector, nursery, options=options, user_policy=user_policy)
+        gateway = await start_gateway(tmp, connector, nursery, options=options, user_policy=user_policy, log=log)
         channel = MessageChannel(warden_side, warden_side, name="host")
         face = StdioHost(channel, gateway, question_timeout=options.max_request_time)
         nursery.start_soon(channel.serve_writer)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -40,7 +41,7 @@ import trio
 
 from warden import audit
 from warden.consent import ApprovalRequest, WebhookApprovals
-from warden.errors import PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
+from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.exchanges import Exchanges
 from warden.gateway.guard import Guard
 from warden.gateway.link import NO_SINK, Answer, Caller, Context, HostLink, Sink, Started, host_name
@@ -90,6 +91,7 @@ from warden.protocol.messages import (
 )
 from warden.protocol.request_state import StateSigner
 from warden.protocol.session import Reply
+from warden.transport.channel import flush_held
 from warden.upstream.connection import Sent, ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
@@ -172,7 +174,9 @@ class _Forwarding:
     timer, failed by its end) and the face's :class:`~warden.gateway.link.Started` (cancelled by the host). What
     happens to an answer is what :meth:`Gateway._decided_and_forwarded` does after its forward, through the same
     methods: shaped and screened (:meth:`Gateway._shape`), its task checked, its outcome recorded; and exactly
-    once, whichever comes first."""
+    once, whichever comes first. With the audit log on, the forward itself is a continuation too: the log runs
+    :meth:`committed` once the decision record is durable, and the gateway's one forwarding task sends it
+    (:meth:`forward`), so the host's reader never waits for a commit."""
 
     __slots__ = ("_answer", "_ctx", "_description", "_done", "_gateway", "_link", "_params", "_request", "_sink",
                  "entry", "index", "screen", "sent")
@@ -214,9 +218,53 @@ class _Forwarding:
         return _rpc_error(self._request.id, exc)
 
     def cancelled(self) -> None:
+        """The host cancelled the call (or left). Its outcome is recorded here, or, while its decision record is
+        still being committed (no index yet), by :meth:`forward` once it is durable."""
         if self._finish():
-            self._gateway.recorder.outcome(self.index, method=self._request.method, result=None,
-                                           error="cancelled by the host", outcome=audit.Outcome.CANCELLED)
+            self._record_cancelled()
+
+    def _record_cancelled(self) -> None:
+        self._gateway.recorder.outcome(self.index, method=self._request.method, result=None,
+                                       error="cancelled by the host", outcome=audit.Outcome.CANCELLED)
+
+    def committed(self, decided: int | AuditError) -> None:
+        """The audit log's continuation (:meth:`Recorder.decided_then`): the decision record is durable (its
+        index), or was refused (the error). It runs in the log's wakeup, where nothing may wait, so the forward
+        is queued for the gateway's forwarding task (:meth:`Gateway._forward_committed`), in commit order."""
+        self._gateway._committed.append((self, decided))
+        self._gateway._forwarder.unpark()
+
+    async def forward(self, decided: int | AuditError | None) -> None:
+        """Send the call upstream now that its decision record is durable (``decided``: the record's index; None
+        with auditing off), or answer it with the error that refused the record, as :meth:`Gateway.handle` would;
+        a call the host cancelled meanwhile gets its CANCELLED outcome and is never sent (write-ahead). Runs in a
+        reader that flushes what it held: the host's, or the gateway's forwarding task."""
+        if isinstance(decided, AuditError):
+            if not self._done:
+                await self._answer.send(self.failed(decided), hold=True)
+            return
+        self.index = decided
+        if self._done:
+            self._record_cancelled()
+            return
+        gateway, request, ctx = self._gateway, self._request, self._ctx
+        forwarded = gateway._questions.answered(
+            strip_host_meta(gateway._screened_arguments(request.method, self._params)), ctx)
+        gateway._in_flight.add(self.entry)  # the server may ask this request's host something (PX01)
+        try:
+            sent = await gateway.upstream.start_request(request.method, forwarded, self,
+                                                        capabilities=gateway._declared(ctx),
+                                                        log_level=ctx.log_level, lane=ctx.upstream, hold=True)
+        except WardenError as exc:
+            await self._answer.send(self.failed(exc), hold=True)
+            return
+        except trio.Cancelled:
+            self.cancelled()
+            raise
+        if self._done:  # the host cancelled it while it was being written (a server not reading pushes back)
+            await sent.abandon("cancelled by the host")
+        else:
+            self.sent = sent
 
     def _response(self, reply: Reply, shaped: bytes) -> bytes:
         self._gateway._tasks.note(self._params, self._ctx, self._link, reply, self.index, tasks=False)
@@ -279,10 +327,13 @@ class Gateway:
                  approvals: WebhookApprovals | None = None, fast_path: bool = False) -> None:
         self._name = name
         self._fast_path = fast_path
-        """Take :meth:`start` (no task per call) when a face offers it. Only worth it while recording a decision
-        does not wait (audit off): with the audit log on, each decision waits for its group commit, which must
-        not hold the host's reader, so calls keep a task each. Correctness does not rest on it: :meth:`start`
-        awaits the record like :meth:`handle` does."""
+        """Take :meth:`start` (no task per call) when a face offers it. With the audit log on, the decision record
+        is committed without holding the host's reader: the log's continuation queues the call, and one task
+        (:meth:`_forward_committed`) forwards it once the record is durable."""
+        self._committed: deque[tuple[_Forwarding, int | AuditError]] = deque()
+        """Audited calls whose decision record the log settled, to forward (or refuse) in that order."""
+        self._forwarder = trio.lowlevel.ParkingLot()
+        self._forwarding = False  # whether the forwarding task was started
         self._approvals = approvals  # where a call to confirm goes when no one can be asked in-band
         self.guard = guard
         self.recorder = recorder
@@ -290,6 +341,7 @@ class Gateway:
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
         self._observed: ServerDescription | None = None
+        self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
         self._listeners = Listeners(name=name, links=self._links, upstream=lambda: self.upstream,
                                     connected=self._connected)
@@ -355,9 +407,11 @@ class Gateway:
 
     async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
         """The engine-driven path (issue 13 item 4): a ``tools/call`` that has nothing to wait for before it is
-        forwarded is decided and recorded in the host's reader and sent upstream with a continuation
-        (:class:`_Forwarding`) that the server's reader, the session's timer or its end completes, writing the
-        response to ``answer``; no task, cancel scope or event of its own. Returns None for anything else — a
+        forwarded is decided in the host's reader and sent upstream with a continuation (:class:`_Forwarding`)
+        that the server's reader, the session's timer or its end completes, writing the response to ``answer``; no
+        task, cancel scope or event of its own. With the audit log on, it is sent only once its decision record
+        is durable: the log's continuation hands it to the gateway's one forwarding task, and the host's reader
+        goes on reading meanwhile (write-ahead, without a task per call). Returns None for anything else — a
         request whose decision needs a human, whose list must be read or re-read, whose lane must be opened, a
         flow source (its taint mark is written before the answer), a task, era translation, a refusal — which
         then takes :meth:`handle` in a task. Both paths decide, record and shape with the same methods.
@@ -375,21 +429,32 @@ class Gateway:
         arguments = arguments if isinstance(arguments, dict) else None
         forwarding = _Forwarding(self, request, ctx, params, link, sink, answer)
         try:
-            forwarding.index = await self._allowed(request, "tool", name, decision, arguments,
-                                                   self.guard.screen_arguments(name, arguments)[1], ctx.caller)
-            forwarded = self._questions.answered(strip_host_meta(self._screened_arguments(request.method, params)),
-                                                 ctx)
-            self._in_flight.add(forwarding.entry)  # the server may ask this request's host something (PX01)
-            forwarding.sent = await self.upstream.start_request(request.method, forwarded, forwarding,
-                                                                capabilities=self._declared(ctx),
-                                                                log_level=ctx.log_level, lane=ctx.upstream,
-                                                                hold=True)
+            audited = self.recorder.decided_then(
+                forwarding.committed, method=request.method, target=name, decision=decision,
+                approval=self.guard.approval("tool", name), request=request.raw, arguments=arguments,
+                findings=self.guard.screen_arguments(name, arguments)[1], caller=ctx.caller)
         except WardenError as exc:
             await answer.send(forwarding.failed(exc))
-        except trio.Cancelled:
-            forwarding.cancelled()
-            raise
+            return forwarding
+        if not audited:
+            await forwarding.forward(None)
+        elif not self._forwarding:
+            self._forwarding = True
+            self._background.start_soon(self._forward_committed)
         return forwarding
+
+    async def _forward_committed(self) -> None:
+        """The gateway's one forwarding task, started with the first audited call :meth:`start` takes: it sends
+        each call whose decision record became durable (:meth:`_Forwarding.committed` queues it), in commit order,
+        and writes what one commit made ready upstream at once (a task per batch, not one per call)."""
+        ready = self._committed
+        while True:
+            while not ready:
+                await self._forwarder.park()
+            while ready:
+                forwarding, decided = ready.popleft()
+                await forwarding.forward(decided)
+            flush_held()
 
     def _taken(self, request: Request, link: HostLink) -> tuple[Context, dict[str, Any], str, Decision] | None:
         """What :meth:`start` needs of a call it takes (context, params, tool, an ALLOW decided as

@@ -16,7 +16,7 @@ content-rule finding, a flow rule's evidence, an error text) builds its record i
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final
 
 import msgspec
@@ -141,6 +141,37 @@ class Recorder:
         """
         if self._log is None:
             return None
+        record = self._decision(method=method, target=target, decision=decision, approval=approval, request=request,
+                                caller=caller, arguments=arguments, confirmed=confirmed, findings=findings,
+                                consent=consent)
+        if decision.effect is Effect.ALLOW:
+            return await self._log.append(record)
+        assert isinstance(record, audit.Record), "only an allowed call's record is filled from a template"
+        await self._append_quietly(record)
+        return None
+
+    def decided_then(self, then: Callable[[int | AuditError], None], *, method: str, target: str,
+                     decision: Decision, approval: PinEntry | None, request: bytes, caller: Caller,
+                     arguments: Mapping[str, Any] | None, findings: Sequence[ContentFinding]) -> bool:
+        """:meth:`decided` for an allowed request, without waiting (the host's reader decides it): ``then`` gets
+        the record's index once it is durable, or the error that refused it (:meth:`audit.AuditLog.append_then`),
+        and is where the request is forwarded (write-ahead). False: auditing is off, nothing will call ``then``.
+
+        Raises:
+            AuditError: the log refused the record at once (it failed earlier, or the record is malformed).
+        """
+        if self._log is None:
+            return False
+        self._log.append_then(self._decision(method=method, target=target, decision=decision, approval=approval,
+                                             request=request, caller=caller, arguments=arguments,
+                                             findings=findings), then)
+        return True
+
+    def _decision(self, *, method: str, target: str, decision: Decision, approval: PinEntry | None,
+                  request: bytes | None, caller: Caller, arguments: Mapping[str, Any] | None,
+                  findings: Sequence[ContentFinding], confirmed: bool = False,
+                  consent: audit.Consent | None = None) -> audit.Record | audit.FilledRecord:
+        """The ``call.decided`` record of :meth:`decided`: an allowed call's through its template."""
         allowed = decision.effect is Effect.ALLOW
         given, consent = consent, None
         if allowed:
@@ -159,20 +190,16 @@ class Recorder:
                 key, self._decided(method, target, target_digest, decision, consent, caller),
                 _DECIDED_HOLES if arguments is None else _DECIDED_HOLES_ARGS)
             if arguments is None:
-                return await self._log.append(template.fill(request_digest=audit.digest(request)))
-            return await self._log.append(template.fill(
-                request_digest=audit.digest(request), arguments=audit.Arguments.capture(arguments, self._detail)))
-        record = msgspec.structs.replace(
+                return template.fill(request_digest=audit.digest(request))
+            return template.fill(request_digest=audit.digest(request),
+                                 arguments=audit.Arguments.capture(arguments, self._detail))
+        return msgspec.structs.replace(
             self._decided(method, target, target_digest, decision, consent, caller),
             request_digest=audit.digest(request) if request is not None else None,
             arguments=audit.Arguments.capture(arguments, self._detail, secret_values=[f.value for f in findings])
             if arguments is not None else None,
             redactions=_redactions([(f.rule, f.digest) for f in findings]),
             evidence_index=decision.evidence.index if decision.evidence is not None else None)
-        if allowed:
-            return await self._append(record)
-        await self._append_quietly(record)
-        return None
 
     def _decided(self, method: str, target: str, target_digest: str | None, decision: Decision,
                  consent: audit.Consent | None, caller: Caller) -> audit.Record:
