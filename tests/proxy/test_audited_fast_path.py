@@ -23,6 +23,7 @@ from tests.audit.test_audit_log import verify_dir
 from tests.gateway_harness import TOOLS, MemoryConnector, ScriptedHost, gateway_in_process, legacy_server
 from warden import audit
 from warden.protocol.messages import INTERNAL_ERROR
+from warden.transport.channel import MessageChannel
 
 pytestmark = pytest.mark.trio
 
@@ -190,3 +191,43 @@ async def test_write_ahead_many_audited_calls_in_one_read_are_all_answered_each_
         outcome = outcome_of(log, record)
         assert outcome["outcome"] == "ok"
         assert outcome["index"] > record["index"]
+
+
+async def test_an_outcome_record_is_built_only_after_its_answer_went_to_the_host(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's answer never waits for its outcome record: on both paths — a call the face runs in a task (the
+    first, before any list: its list is read first) and one it takes on the engine-driven path (the second) — the
+    record is queued only once the response was handed to the host's channel."""
+    order: list[tuple[str, object]] = []
+    real_send = MessageChannel.send
+    real_later = audit.AuditLog.append_later
+
+    async def send(self: MessageChannel, message: bytes, **kwargs: Any) -> None:
+        if self.name == "host" and b'"result"' in message:
+            order.append(("answer", json.loads(message)["id"]))
+        await real_send(self, message, **kwargs)
+
+    def append_later(self: audit.AuditLog, record: audit.Record | audit.FilledRecord) -> None:
+        whole = record.record() if isinstance(record, audit.FilledRecord) else record
+        if whole.event is audit.Event.CALL_OUTCOME:
+            order.append(("outcome", whole.decision_index))
+        real_later(self, record)
+
+    monkeypatch.setattr(MessageChannel, "send", send)
+    monkeypatch.setattr(audit.AuditLog, "append_later", append_later)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    async with audit.open_audit_log(state) as log, gateway_in_process(tmp_path, legacy_server, log=log) as (
+            host, _):
+        assert host.face is not None
+        await host.initialize()
+        await host.request("tasked", "tools/call", {"name": "echo", "arguments": {}})
+        assert "result" in await host.response("tasked")
+        await host.request("inline", "tools/call", {"name": "echo", "arguments": {}})
+        assert "result" in await host.response("inline")
+        assert (host.face.statistics().tasks, host.face.statistics().inline) == (2, 1)  # initialize, "tasked"
+        await until(lambda: sum(kind == "outcome" for kind, _ in order) == 2)
+    decided = [r["index"] for r in records(tmp_path) if r["event"] == "call.decided" and r["target"] == "echo"]
+    assert len(decided) == 2
+    for id_, index in zip(("tasked", "inline"), decided, strict=True):
+        assert order.index(("answer", id_)) < order.index(("outcome", index))

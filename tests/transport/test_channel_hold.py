@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 
 import pytest
 import trio
@@ -78,6 +79,32 @@ async def test_a_flush_to_a_peer_that_left_closes_the_channel_without_raising() 
     flush_held()  # the reader's flush never fails the reader
     with pytest.raises(trio.ClosedResourceError):
         await channel.send(b"2")
+
+
+async def test_an_after_runs_only_once_its_message_is_in_the_pipe() -> None:
+    """``after`` (the gateway's outcome record) never delays its message: a held message's runs at the flush, once
+    the bytes are in the pipe, in order with those held with it; a message written at once runs its own right after
+    the write; a channel whose peer left still runs it (the record is not lost with the answer)."""
+    read_fd, write_fd = pipe(1 << 16)
+    channel = MessageChannel(trio.testing.MemoryReceiveStream(), trio.lowlevel.FdStream(write_fd), name="test")
+    seen: list[tuple[str, bytes]] = []
+
+    def after(name: str) -> Callable[[], None]:
+        return lambda: seen.append((name, pending_bytes(read_fd)))
+
+    await channel.send(b"1", hold=True, after=after("first"))
+    await channel.send(b"2", hold=True, after=after("second"))
+    assert seen == []
+    flush_held()
+    assert seen == [("first", b"1\n2\n"), ("second", b"")]
+    await channel.send(b"3", hold=True, after=after("held"))
+    await channel.send(b"4", after=after("plain"))  # writes what is held first, then runs both, in order
+    assert seen[2:] == [("held", b"3\n4\n"), ("plain", b"")]
+    gone: list[str] = []
+    await channel.send(b"5", hold=True, after=lambda: gone.append("lost"))
+    os.close(read_fd)
+    flush_held()
+    assert gone == ["lost"]
 
 
 async def mixed(plan: list[tuple[int, bool, bool]], read_late: bool) -> tuple[bytes, bytes]:

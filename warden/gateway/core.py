@@ -44,7 +44,7 @@ from warden.consent import ApprovalRequest, WebhookApprovals
 from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
 from warden.gateway.exchanges import Exchanges
 from warden.gateway.guard import Guard
-from warden.gateway.link import NO_SINK, Answer, Caller, Context, HostLink, Sink, Started, host_name
+from warden.gateway.link import NO_SINK, Answer, Caller, Context, Handled, HostLink, Sink, Started, host_name
 from warden.gateway.listen import Listeners
 from warden.gateway.lists import LIST_CHANGED, Lists
 from warden.gateway.mrtr import Exchange
@@ -106,7 +106,7 @@ _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: 
 URL_ELICITATION_REQUIRED: Final = -32042
 """2025-11-25 only: "the user must visit a URL first". Never relayed to a 2026 host (PX09)."""
 
-_Handler = Callable[[Request, Context, dict[str, Any], HostLink, Sink], Awaitable[bytes]]
+_Handler = Callable[[Request, Context, dict[str, Any], HostLink, Sink], Awaitable[bytes | Handled]]
 """How the gateway answers one host request it treats itself (see ``Gateway._handler_table``)."""
 
 
@@ -209,13 +209,13 @@ class _Forwarding:
         self.sent = None
         return True
 
-    def failed(self, exc: WardenError) -> bytes:
-        """The error response for ``exc``, its outcome recorded (as :meth:`Gateway._decided_and_forwarded`)."""
-        if self._finish():
-            self._gateway.recorder.outcome(self.index, method=self._request.method, result=None, error=exc.message,
-                                           outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
-                                           redactions=self.screen.redactions())
-        return _rpc_error(self._request.id, exc)
+    def failed(self, exc: WardenError) -> Handled:
+        """The error response for ``exc``, with its outcome record (as :meth:`Gateway._decided_and_forwarded`)."""
+        after = self._gateway.recorder.outcome_after(
+            self.index, method=self._request.method, result=None, error=exc.message,
+            outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
+            redactions=self.screen.redactions()) if self._finish() else None
+        return Handled(_rpc_error(self._request.id, exc), after)
 
     def cancelled(self) -> None:
         """The host cancelled the call (or left). Its outcome is recorded here, or, while its decision record is
@@ -241,7 +241,7 @@ class _Forwarding:
         reader that flushes what it held: the host's, or the gateway's forwarding task."""
         if isinstance(decided, AuditError):
             if not self._done:
-                await self._answer.send(self.failed(decided), hold=True)
+                await self._answer.send(self.failed(decided).message, hold=True)  # no decision: no outcome
             return
         self.index = decided
         if self._done:
@@ -256,7 +256,8 @@ class _Forwarding:
                                                         capabilities=gateway._declared(ctx),
                                                         log_level=ctx.log_level, lane=ctx.upstream, hold=True)
         except WardenError as exc:
-            await self._answer.send(self.failed(exc), hold=True)
+            response = self.failed(exc)
+            await self._answer.send(response.message, hold=True, after=response.after)
             return
         except trio.Cancelled:
             self.cancelled()
@@ -266,12 +267,12 @@ class _Forwarding:
         else:
             self.sent = sent
 
-    def _response(self, reply: Reply, shaped: bytes) -> bytes:
+    def _response(self, reply: Reply, shaped: bytes) -> Handled:
         self._gateway._tasks.note(self._params, self._ctx, self._link, reply, self.index, tasks=False)
-        if self._finish():
-            self._gateway.recorder.outcome(self.index, method=self._request.method, result=reply.result,
-                                           error=reply.message or None, redactions=self.screen.redactions())
-        return shaped
+        after = self._gateway.recorder.outcome_after(
+            self.index, method=self._request.method, result=reply.result, error=reply.message or None,
+            redactions=self.screen.redactions()) if self._finish() else None
+        return Handled(shaped, after)
 
     def _shaped(self, reply: Reply) -> bytes | None:
         assert self._description is not None
@@ -291,11 +292,13 @@ class _Forwarding:
             response = self._response(reply, shaped)
         except WardenError as exc:
             response = self.failed(exc)
-        await self._answer.send(response, hold=True)  # the server's reader flushes once done with what it read
+        # The server's reader flushes once done with what it read; the outcome is recorded after that write.
+        await self._answer.send(response.message, hold=True, after=response.after)
 
     async def expired(self) -> None:
-        await self._answer.send(self.failed(UpstreamTimeout(
-            f"{self._request.method} got no answer from the server within its deadline")))
+        response = self.failed(UpstreamTimeout(f"{self._request.method} got no answer from the server within its "
+                                               "deadline"))
+        await self._answer.send(response.message, after=response.after)
 
     def closed(self, reply: Reply) -> None:
         try:
@@ -304,7 +307,7 @@ class _Forwarding:
             response = self._response(reply, shaped)
         except WardenError as exc:
             response = self.failed(exc)
-        self._answer.send_soon(response)
+        self._answer.send_soon(response.message, after=response.after)
 
     # -- the face's side (Started) ------------------------------------------------------------------------------
 
@@ -398,12 +401,14 @@ class Gateway:
 
     # -- requests from hosts ------------------------------------------------------------------------------------
 
-    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> Handled:
+        """Answer one host request; returns the encoded response, with the outcome record the face runs once it
+        wrote it. Never raises a :class:`WardenError`."""
         try:
-            return await self._dispatch(request, link, sink)
+            response = await self._dispatch(request, link, sink)
         except WardenError as exc:
-            return _rpc_error(request.id, exc)
+            return Handled(_rpc_error(request.id, exc))
+        return response if isinstance(response, Handled) else Handled(response)
 
     async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
         """The engine-driven path (issue 13 item 4): a ``tools/call`` that has nothing to wait for before it is
@@ -434,7 +439,7 @@ class Gateway:
                 approval=self.guard.approval("tool", name), request=request.raw, arguments=arguments,
                 findings=self.guard.screen_arguments(name, arguments)[1], caller=ctx.caller)
         except WardenError as exc:
-            await answer.send(forwarding.failed(exc))
+            await answer.send(forwarding.failed(exc).message)  # no decision record: no outcome
             return forwarding
         if not audited:
             await forwarding.forward(None)
@@ -480,7 +485,7 @@ class Gateway:
                                 principal=ctx.caller.principal)
         return (ctx, params, name, decision) if decision.effect is Effect.ALLOW else None
 
-    async def _dispatch(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+    async def _dispatch(self, request: Request, link: HostLink, sink: Sink) -> bytes | Handled:
         if request.method == "initialize":
             return encode_result(request.id, encode_json(await self._initialize(link)))
         prepared = self._prepared(request, link)
@@ -561,7 +566,7 @@ class Gateway:
         return (await self._forward(request, ctx, params, sink))[0]
 
     async def _read(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
-                    sink: Sink) -> bytes:
+                    sink: Sink) -> bytes | Handled:
         try:
             return await self._audited(request, ctx, params, link, sink)
         except PolicyError as exc:
@@ -570,7 +575,7 @@ class Gateway:
                                 {"uri": params.get("uri"), "hint": exc.hint})
 
     async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
-                       sink: Sink) -> bytes:
+                       sink: Sink) -> bytes | Handled:
         """Decide, record the decision durably, only then forward; record the outcome (write-ahead)."""
         description = await self._connected()
         if "task" in params and request.method == "tools/call" and ctx.era is Era.LEGACY and \
@@ -617,7 +622,7 @@ class Gateway:
                             principal=link.principal).effect in (Effect.ASK, Effect.CONFIRM)
 
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
-                                     sink: Sink) -> bytes:
+                                     sink: Sink) -> Handled:
         asker = wire_asker(link, sink) if link.can_ask_in_band(ctx) else None
         index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
         screen = _screen_of(self.guard, request.method, params)
@@ -636,9 +641,9 @@ class Gateway:
             self.recorder.outcome(index, method=request.method, result=None, error="cancelled by the host",
                                   outcome=audit.Outcome.CANCELLED)
             raise
-        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None,
-                              redactions=screen.redactions() if screen else ())
-        return response
+        return Handled(response, self.recorder.outcome_after(index, method=request.method, result=reply.result,
+                                                              error=reply.message or None,
+                                                              redactions=screen.redactions() if screen else ()))
 
     def _screened_arguments(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """The params to forward: arguments with what the content rules redact cut out (a ``deny`` finding was

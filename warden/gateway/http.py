@@ -53,7 +53,7 @@ from warden.errors import ConfigError, RemoteProtocolError
 from warden.escape import for_terminal
 from warden.gateway.http_access import AccessPolicy, bearer_credential, bearer_matches, valid_token
 from warden.gateway.http_streams import EventLog, StreamGap
-from warden.gateway.link import HostLink, Served
+from warden.gateway.link import Handled, HostLink, Served
 from warden.gateway.principals import ANONYMOUS, OWN_TOKEN, TokenRegistry, oauth_principal
 from warden.gateway.shaping import routable_client_capabilities
 from warden.loopback import is_loopback
@@ -605,10 +605,14 @@ class HttpFace:
                    scope: trio.CancelScope | None) -> None:
         """Serve one request into its stream: the gateway's answer, shaped for HTTP, is the stream's last event."""
         response: bytes | None = None
+        answered: Handled | None = None
         try:
-            response = self._shape(request, await self._gateway.handle(request, link, stream))
+            answered = await self._gateway.handle(request, link, stream)
+            response = self._shape(request, answered.message)
         finally:
             stream.finish(None if scope is not None and scope.cancel_called else response)
+            if answered is not None and answered.after is not None:
+                answered.after()  # its outcome record, once the answer is in its stream
 
     def _shape(self, request: Request, response: bytes) -> bytes:
         """Leave tools with invalid ``x-mcp-header`` annotations out of a ``tools/list`` answer (invariant 8)."""

@@ -34,7 +34,7 @@ from warden import __version__
 from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
-from warden.gateway.link import NO_SINK, Answer, HostLink, LegacyHost, Rewritten, Sink, Started
+from warden.gateway.link import NO_SINK, Answer, Handled, HostLink, LegacyHost, Rewritten, Sink, Started
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     MAX_TASKS,
@@ -367,8 +367,13 @@ class Hub:
         """Behind the hub every request takes :meth:`handle` in a task (it routes by name between gateways)."""
         return None
 
-    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        """Answer one host request; returns the encoded response. Never raises a :class:`WardenError`."""
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> Handled:
+        """Answer one host request; returns the encoded response (whose outcome record, if any, a server's gateway
+        queued already: the hub reshapes answers, so it does not carry theirs). Never raises a
+        :class:`WardenError`."""
+        return Handled(await self._answer(request, link, sink))
+
+    async def _answer(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         handler = self._handlers.get(request.method)
         if handler is None:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
@@ -539,8 +544,10 @@ class Hub:
     async def _own(member: Member, sub: HostLink, method: str, params: Mapping[str, Any]) -> None:
         """A request of the hub's own to one server's gateway (its answer goes nowhere)."""
         body = encode_json(params)
-        await member.gateway.handle(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)), sub,
-                                    NO_SINK)
+        answered = await member.gateway.handle(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)),
+                                               sub, NO_SINK)
+        if answered.after is not None:
+            answered.after()
 
     async def _forward(self, member: Member, request: Request, params: Mapping[str, Any] | None, link: HostLink,
                        sink: Sink, *, counted: bool = True) -> bytes:
@@ -553,7 +560,9 @@ class Hub:
         with trio.CancelScope() as answering:
             member.answering.add(answering)
             try:
-                response = await member.gateway.handle(request, sub, Rewritten(sink, self._shown_by(member)))
+                response, after = await member.gateway.handle(request, sub, Rewritten(sink, self._shown_by(member)))
+                if after is not None:
+                    after()  # its outcome record: the hub's answer is made of this one, after it
             finally:
                 member.answering.discard(answering)
                 member.last_used = trio.current_time()

@@ -13,7 +13,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, final
+from typing import Any, Final, NamedTuple, Protocol, final
 
 import trio
 
@@ -58,17 +58,32 @@ class Rewritten:
             await self._sink.send(shown)
 
 
+After = Callable[[], None]
+"""What is left to do once a response is written: its outcome record
+(:meth:`~warden.gateway.recorder.Recorder.outcome_after`). Never waits, never raises."""
+
+
+class Handled(NamedTuple):
+    """A request's encoded response (:meth:`Served.handle`), and what the face runs once it has written it (or
+    dropped it: the host cancelled the request, or left): the host's answer never waits for the outcome record."""
+
+    message: bytes
+    after: After | None = None
+
+
 class Answer(Protocol):
     """Where a request taken by the engine-driven path (:meth:`Served.start`) gets its response: the face turns it
     into the host's answer (none for a request the host cancelled, PX19) on the host's channel."""
 
-    async def send(self, response: bytes, *, hold: bool = False) -> None:
+    async def send(self, response: bytes, *, hold: bool = False, after: After | None = None) -> None:
         """Deliver the response; may wait while the host is not reading (that wait is the back-pressure).
         ``hold``: the caller is a reader that calls :func:`~warden.transport.channel.flush_held` once done with
-        what it read, so the response may wait for it (:meth:`~warden.transport.channel.MessageChannel.send`)."""
+        what it read, so the response may wait for it (:meth:`~warden.transport.channel.MessageChannel.send`).
+        ``after``: run once the response is written (or dropped: the host cancelled it, or left), as
+        :class:`Handled` says."""
         ...
 
-    def send_soon(self, response: bytes) -> None:
+    def send_soon(self, response: bytes, *, after: After | None = None) -> None:
         """Deliver the response from code that must not wait (a server connection being torn down)."""
         ...
 
@@ -98,7 +113,7 @@ class Served(Protocol):
         """The definition of the tool hosts know as ``name`` from the last ``tools/list`` answered, or None."""
         ...
 
-    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes: ...
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> Handled: ...
 
     async def start(self, request: Request, link: HostLink, sink: Sink, answer: Answer) -> Started | None:
         """Take ``request`` on the engine-driven path (no task of its own: it is decided in the host's reader and

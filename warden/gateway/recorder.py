@@ -15,6 +15,7 @@ content-rule finding, a flow rule's evidence, an error text) builds its record i
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, final
@@ -214,15 +215,24 @@ class Recorder:
     def outcome(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
                 outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = (),
                 target: str | None = None) -> None:
-        """Record how an allowed action ended. Nothing waits for this one to be durable (the decision was), so it
-        is queued and the answer goes out at once: the record is even built on the event loop's next pass, after
-        the answer this call returns was written (the channel writes inline), so its digest and encoding are not
-        in the host's round trip. ``target``: what ended, when it is not the request itself (a call's task: its
-        first outcome is the task's creation, this one its end)."""
+        """Record how an allowed action ended, on the event loop's next pass (:meth:`outcome_after`, for an ending
+        that writes no answer: a task's end, a cancellation). ``target``: what ended, when it is not the request
+        itself (a call's task: its first outcome is the task's creation, this one its end)."""
+        after = self.outcome_after(index, method=method, result=result, error=error, outcome=outcome,
+                                   redactions=redactions, target=target)
+        if after is not None:
+            trio.lowlevel.current_trio_token().run_sync_soon(after)
+
+    def outcome_after(self, index: int | None, *, method: str, result: bytes | None, error: str | None = None,
+                      outcome: audit.Outcome | None = None, redactions: Sequence[tuple[str, str]] = (),
+                      target: str | None = None) -> Callable[[], None] | None:
+        """The outcome record of :meth:`outcome`, to be built and queued by whoever writes the answer once it has
+        written it (:class:`~warden.gateway.link.Handled`, :meth:`~warden.gateway.link.Answer.send`): nothing
+        waits for it to be durable (the decision was), so its digest and encoding stay out of the host's round
+        trip. None: nothing to record (auditing is off, or the action had no decision record)."""
         if index is None or self._log is None:
-            return
-        trio.lowlevel.current_trio_token().run_sync_soon(self._outcome, index, method, result, error, outcome,
-                                                         redactions, target)
+            return None
+        return functools.partial(self._outcome, index, method, result, error, outcome, redactions, target)
 
     def _outcome(self, index: int, method: str, result: bytes | None, error: str | None,
                  outcome: audit.Outcome | None, redactions: Sequence[tuple[str, str]] = (),

@@ -11,6 +11,7 @@ dropped and logged.
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import final
@@ -18,7 +19,7 @@ from typing import final
 import trio
 
 from warden.errors import RemoteProtocolError
-from warden.gateway.link import HostLink, Served, Started
+from warden.gateway.link import After, Handled, HostLink, Served, Started
 from warden.protocol.messages import INVALID_REQUEST, decode_object, encode_error
 from warden.protocol.session import (
     Answered,
@@ -66,15 +67,19 @@ class _Call:
         self._host.forget(self._event.key)
         return self._host.link.session.respond(self._event.key, self._event.request.id, response)
 
-    async def send(self, response: bytes, *, hold: bool = False) -> None:
+    async def send(self, response: bytes, *, hold: bool = False, after: After | None = None) -> None:
         answer = self._respond(response)
         if answer is not None:
-            await self._host.send(answer, hold=hold)
+            await self._host.send(answer, hold=hold, after=after)
+        elif after is not None:
+            after()
 
-    def send_soon(self, response: bytes) -> None:
+    def send_soon(self, response: bytes, *, after: After | None = None) -> None:
         answer = self._respond(response)
         if answer is not None:
-            self._host.send_soon(answer)
+            self._host.send_soon(answer, after=after)
+        elif after is not None:
+            after()
 
     async def cancel(self) -> None:
         started = self.started
@@ -169,16 +174,17 @@ class StdioHost:
         self._calls.pop(key, None)
 
     async def _run(self, event: IncomingRequest, scope: trio.CancelScope) -> None:
-        response: bytes | None = None
+        response: Handled | None = None
         with scope:
             try:
                 response = await self._gateway.handle(event.request, self.link, self._channel)
             finally:
                 self._tasks.pop(event.key, None)
-        answer = self.link.session.respond(event.key, event.request.id, response or b"")
+        answer = self.link.session.respond(event.key, event.request.id, response.message if response else b"")
         if response is not None and answer is not None and not scope.cancelled_caught:
-            await self.send(answer)
-        # A request the host cancelled gets no response.
+            await self.send(answer, after=response.after)
+        elif response is not None and response.after is not None:
+            response.after()  # a request the host cancelled gets no response
 
     async def _on_invalid(self, event: InvalidIncoming) -> None:
         message = event.invalid
@@ -190,16 +196,18 @@ class StdioHost:
             self.link.answer(message.id, Reply.failure(INVALID_REQUEST,
                                                        f"the client sent an invalid response: {message.reason}"))
 
-    async def send(self, message: bytes, *, hold: bool = False) -> None:
-        """Write one message to the host (a host that went away loses it, logged); ``hold``: see
-        :meth:`MessageChannel.send` (the sender's reader flushes)."""
+    async def send(self, message: bytes, *, hold: bool = False, after: After | None = None) -> None:
+        """Write one message to the host (a host that went away loses it, logged); ``hold``, ``after``: see
+        :meth:`MessageChannel.send` (the sender's reader flushes; ``after`` runs once it is written)."""
         try:
-            await self._channel.send(message, hold=hold)
+            await self._channel.send(message, hold=hold, after=after)
         except trio.ClosedResourceError:
             log.debug("host went away before a message could be sent")
 
-    def send_soon(self, message: bytes) -> None:
+    def send_soon(self, message: bytes, *, after: After | None = None) -> None:
         """:meth:`send` from code that must not wait (a server connection torn down under engine-driven calls):
         a task of this face's nursery, if the face still serves."""
         if self._nursery is not None:
-            self._nursery.start_soon(self.send, message)
+            self._nursery.start_soon(functools.partial(self.send, message, after=after))
+        elif after is not None:
+            after()

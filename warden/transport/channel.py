@@ -22,6 +22,8 @@ sends them with ``hold=True``: each is kept back, in order, and :func:`flush_hel
 has handled everything it read, and before anything that may wait) writes each channel's held messages with one
 ``os.write``, so the peer is woken once per chunk instead of once per message. Any other send on the channel, and
 any queueing, writes or queues what is held first, so order is kept; what is held stays under ``HOLD_BYTES``.
+A message may carry an ``after``: work that must not delay it (the gateway's outcome record), run once it is
+written (or queued, or lost with a closed channel), after the write of what was held with it.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ def flush_held() -> None:
         held.clear()
         for channel in channels:
             channel.flush()
+
+
+def _run(waiting: list[Callable[[], None]], after: Callable[[], None] | None) -> None:
+    """What waited for messages just written (or queued, or lost with the channel): in the order they were sent."""
+    for then in waiting:
+        then()
+    if after is not None:
+        after()
 
 
 class Batches(Protocol):
@@ -181,6 +191,7 @@ class MessageChannel:
         self._drained = False
         self._held: list[bytes] = []
         self._held_bytes = 0
+        self._after: list[Callable[[], None]] = []  # the ``after`` of held messages, run once they are written
 
     @property
     def max_message_size(self) -> int:
@@ -242,11 +253,12 @@ class MessageChannel:
         config and a new server was handed values)."""
         self._redactor = redactor if redactor else None
 
-    async def send(self, message: bytes, *, hold: bool = False) -> None:
+    async def send(self, message: bytes, *, hold: bool = False, after: Callable[[], None] | None = None) -> None:
         """Write or queue one encoded message (without newline); waits while the outbox is over budget. With
         ``hold``, a message that would be written at once is kept back until :func:`flush_held` (or the next send
         that is not held) writes it with the others; a failure to write it then closes the channel, as the writer
-        task's does.
+        task's does. ``after`` (which must neither wait nor raise) runs once the message is written, queued or
+        lost with the channel: never before, so nothing it does delays the message.
 
         Raises:
             trio.ClosedResourceError: the channel was closed or its writer failed.
@@ -266,16 +278,29 @@ class MessageChannel:
                     held.append(self)
                 self._held.append(data)
                 self._held_bytes += len(data)
+                if after is not None:
+                    self._after.append(after)
                 if self._held_bytes >= HOLD_BYTES:
                     self.flush()
                 return
-            if self._held:
-                data = self._take_held(data)
-            self._write_now(self._fd, data)
+            waiting = self._after_held()
+            try:
+                self._write_now(self._fd, self._take_held(data) if self._held else data)
+            finally:
+                _run(waiting, after)
             return
-        if self._held:
-            self._outbox.put_rest(self._take_held(b""))  # what was held goes first
-        await self._outbox.put(data)
+        waiting = self._after_held()
+        try:
+            if self._held:
+                self._outbox.put_rest(self._take_held(b""))  # what was held goes first
+            await self._outbox.put(data)
+        finally:
+            _run(waiting, after)
+
+    def _after_held(self) -> list[Callable[[], None]]:
+        """The ``after`` of what is held, taken with it (run once it is written)."""
+        waiting, self._after = self._after, []
+        return waiting
 
     def _take_held(self, then: bytes) -> bytes:
         data = b"".join(self._held) + then
@@ -307,6 +332,7 @@ class MessageChannel:
         peer that stopped reading closes the channel, and whoever sends next hears of it."""
         if not self._held:
             return
+        waiting = self._after_held()
         data = self._take_held(b"")
         try:
             if self._fd is not None and self._outbox.idle:
@@ -315,6 +341,8 @@ class MessageChannel:
                 self._outbox.put_rest(data)
         except trio.ClosedResourceError:
             log.debug("%s: %d held bytes not written: the channel is closed", self.name, len(data))
+        finally:
+            _run(waiting, None)
 
     async def serve_writer(self) -> None:
         """Drain the outbox into the send stream until closed. A broken pipe closes the channel quietly."""
