@@ -216,7 +216,7 @@ async def start_gateway(tmp: Path, connector: Connector, nursery: trio.Nursery, 
                         sandbox_digest="sha256:" + "0" * 64, detail=guard.policy.audit_arguments.value)
     await recorder.pins(await guard.observe_identity())
     gateway = Gateway(name=name, guard=guard, recorder=recorder, signer=StateSigner(b"k" * 32),
-                      background=nursery, question_timeout=options.request_timeout, fast_path=True)
+                      background=nursery, question_timeout=options.request_timeout)
     upstream = Upstream(name=name, connector=connector, handler=gateway, options=options)
     gateway.bind(upstream)
     if start:

@@ -565,8 +565,7 @@ async def gateway_on(plan: ServerPlan, options: UpstreamOptions,
         signer = StateSigner(await trio.to_thread.run_sync(load_state_key, plan.state_dir))
         gateway = Gateway(name=plan.name, guard=guard, recorder=recorder, signer=signer, background=background,
                           question_timeout=options.request_timeout,
-                          approvals=await trio.to_thread.run_sync(approval_channel, guard.policy, plan.state_dir),
-                          fast_path=True)
+                          approvals=await trio.to_thread.run_sync(approval_channel, guard.policy, plan.state_dir))
         background.start_soon(gateway.listen_upstream)
         memory = EraMemory(plan.state_dir, guard.identity) if isinstance(plan.connector, StdioConnector) else None
         upstream = Upstream(name=plan.name, connector=plan.connector, handler=gateway, options=options,

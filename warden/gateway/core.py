@@ -327,14 +327,12 @@ class Gateway:
 
     def __init__(self, *, name: str, guard: Guard, recorder: Recorder, signer: StateSigner,
                  background: trio.Nursery, question_timeout: float = 120.0,
-                 approvals: WebhookApprovals | None = None, fast_path: bool = False) -> None:
+                 approvals: WebhookApprovals | None = None) -> None:
         self._name = name
-        self._fast_path = fast_path
-        """Take :meth:`start` (no task per call) when a face offers it. With the audit log on, the decision record
-        is committed without holding the host's reader: the log's continuation queues the call, and one task
-        (:meth:`_forward_committed`) forwards it once the record is durable."""
         self._committed: deque[tuple[_Forwarding, int | AuditError]] = deque()
-        """Audited calls whose decision record the log settled, to forward (or refuse) in that order."""
+        """Audited calls whose decision record the log settled, to forward (or refuse) in that order: the engine-driven
+        path (:meth:`start`) commits a decision without holding the host's reader, and one task
+        (:meth:`_forward_committed`) forwards each call once its record is durable."""
         self._forwarder = trio.lowlevel.ParkingLot()
         self._forwarding = False  # whether the forwarding task was started
         self._approvals = approvals  # where a call to confirm goes when no one can be asked in-band
@@ -421,7 +419,7 @@ class Gateway:
         flow source (its taint mark is written before the answer), a task, era translation, a refusal — which
         then takes :meth:`handle` in a task. Both paths decide, record and shape with the same methods.
         """
-        if not self._fast_path or request.method != "tools/call":
+        if request.method != "tools/call":
             return None
         try:
             taken = self._taken(request, link)
