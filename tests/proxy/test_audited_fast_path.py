@@ -60,15 +60,15 @@ class Gate:
 
 
 @asynccontextmanager
-async def audited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[
+async def audited(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, user_policy: str = "") -> AsyncIterator[
         tuple[ScriptedHost, MemoryConnector, Gate]]:
     """A listed gateway (calls of its tools take the engine-driven path) recording to a real audit log."""
     gate = Gate()
     monkeypatch.setattr(os, "fdatasync", gate)
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
-    async with audit.open_audit_log(state) as log, gateway_in_process(tmp_path, legacy_server, log=log) as (
-            host, connector):
+    async with audit.open_audit_log(state) as log, gateway_in_process(tmp_path, legacy_server, log=log,
+                                                                      user_policy=user_policy) as (host, connector):
         await host.initialize()
         await host.request("list", "tools/list", {})
         assert [t["name"] for t in (await host.response("list"))["result"]["tools"]] == [t["name"] for t in TOOLS]
@@ -191,6 +191,26 @@ async def test_write_ahead_many_audited_calls_in_one_read_are_all_answered_each_
         outcome = outcome_of(log, record)
         assert outcome["outcome"] == "ok"
         assert outcome["index"] > record["index"]
+
+
+async def test_what_content_rules_redact_is_cut_from_an_audited_call_forwarded_after_its_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call is forwarded once its record is durable, after the host's reader has decided the calls read with it:
+    what a ``redact`` rule cuts out of its arguments is still cut out of what the server gets (and recorded by
+    digest), the call next to it passes whole."""
+    rule = '[[defaults.content.rules]]\nname = "ticket"\npattern = "TICKET-[0-9]+"\non = "arguments"\n' \
+           'action = "redact"\n'
+    async with audited(tmp_path, monkeypatch, user_policy=rule) as (host, connector, _gate):
+        before = inline(host)
+        await host.send_raw(b"".join(json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+            "name": "echo", "arguments": {"body": body}}}).encode() + b"\n"
+            for n, body in enumerate(["fix TICKET-12 now", "plain"])))
+        assert ["result" in await host.response(n) for n in range(2)] == [True, True]
+        assert inline(host) == before + 2
+        assert [c["params"]["arguments"]["body"] for c in calls_seen(connector)] == [
+            "fix [REDACTED:ticket] now", "plain"]
+    decided = [r for r in records(tmp_path) if r["event"] == "call.decided" and r["target"] == "echo"]
+    assert [r["redactions"][0]["rule"] for r in decided if r.get("redactions")] == ["ticket"]
 
 
 async def test_an_outcome_record_is_built_only_after_its_answer_went_to_the_host(

@@ -249,7 +249,7 @@ class _Forwarding:
             return
         gateway, request, ctx = self._gateway, self._request, self._ctx
         forwarded = gateway._questions.answered(
-            strip_host_meta(gateway._screened_arguments(request.method, self._params)), ctx)
+            strip_host_meta(gateway._screened_arguments(request.method, self._params, raw=request.params)), ctx)
         gateway._in_flight.add(self.entry)  # the server may ask this request's host something (PX01)
         try:
             sent = await gateway.upstream.start_request(request.method, forwarded, self,
@@ -626,7 +626,8 @@ class Gateway:
         screen = _screen_of(self.guard, request.method, params)
         tasks = request.method == "tools/call" and self._tasks.carried(ctx, link)
         try:
-            response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params),
+            response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params,
+                                                                                         raw=request.params),
                                                   sink, screen, tasks=tasks, link=link)
             self._tasks.note(params, ctx, link, reply, index, tasks=tasks)
             await self._tainted_by(request.method, params, link, index, ctx.caller)
@@ -643,13 +644,15 @@ class Gateway:
                                                               error=reply.message or None,
                                                               redactions=screen.redactions() if screen else ()))
 
-    def _screened_arguments(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    def _screened_arguments(self, method: str, params: dict[str, Any], *, raw: bytes | None = None) -> dict[str, Any]:
         """The params to forward: arguments with what the content rules redact cut out (a ``deny`` finding was
-        refused when the call was decided)."""
+        refused when the call was decided). ``raw``: the request's params as they came (the guard's last answer
+        is another call's once an audited call waited for its commit: the wire bytes spare it a walk of the
+        arguments where no detector can match)."""
         name, arguments = params.get("name"), params.get("arguments")
         if method != "tools/call" or not isinstance(name, str) or not isinstance(arguments, dict):
             return params
-        screened, findings = self.guard.screen_arguments(name, arguments)
+        screened, findings = self.guard.screen_arguments(name, arguments, raw=raw)
         return {**params, "arguments": screened} if findings else params
 
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
