@@ -237,8 +237,9 @@ class Recorder:
     def _outcome(self, index: int, method: str, result: bytes | None, error: str | None,
                  outcome: audit.Outcome | None, redactions: Sequence[tuple[str, str]] = (),
                  target: str | None = None) -> None:
-        """The outcome record itself. Runs as a callback of the event loop, where an exception would end warden
-        rather than this call: whatever goes wrong is logged instead (the decision is already durable)."""
+        """The outcome record itself. Runs as a callback (of the event loop, or of the channel that wrote the
+        answer), where an exception would end warden or break the channel rather than fail this call: whatever goes
+        wrong is logged instead (the decision is already durable)."""
         assert self._log is not None
         kind = outcome or (audit.Outcome.OK if result is not None else audit.Outcome.ERROR)
         try:
