@@ -22,6 +22,7 @@ from warden.protocol.messages import (
     encode_notification,
     encode_request,
     encode_result,
+    id_key,
     parse_message,
     scan_prefix,
 )
@@ -93,6 +94,37 @@ def test_encoded_request_round_trips(id_value: object, method: str, params: dict
     msg = parse_message(raw)
     assert msg == Request(id_raw, method, params_raw, raw)
     assert json.loads(raw) == {"jsonrpc": "2.0", "id": id_value, "method": method, "params": params}
+
+
+_id_values = st.one_of(st.integers(), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=12))
+
+
+@settings(max_examples=300)
+@given(_id_values, st.one_of(st.none(), st.dictionaries(st.text(max_size=8), json_values)), st.booleans())
+def test_what_parse_message_keeps_is_what_decoding_the_spans_gives(id_value: object, params: dict[str, object] | None,
+                                                                 notify: bool) -> None:
+    """A request's or notification's id and params are decoded once, by :func:`parse_message`: what it keeps is
+    exactly what decoding its raw spans gives, and a message built without it (nothing kept) reads the same."""
+    id_raw = msgspec.json.encode(id_value)
+    params_raw = None if params is None else msgspec.json.encode(params)
+    raw = encode_notification("m", params_raw) if notify else encode_request(id_raw, "m", params_raw)
+    msg = parse_message(raw)
+    assert isinstance(msg, Notification if notify else Request)
+    expected = {} if params_raw is None else msgspec.json.decode(params_raw)
+    assert msg.decoded_params() == expected
+    built = Notification("m", params_raw, raw) if notify else Request(id_raw, "m", params_raw, raw)
+    assert built == msg
+    assert built.decoded_params() == expected
+    if isinstance(msg, Request) and isinstance(built, Request):
+        assert msg.key() == built.key() == id_key(msgspec.json.decode(id_raw))
+
+
+@pytest.mark.parametrize("value", [1, 1.0, -0.0, "1", True, None, [1], {"a": 1}, 2**70, 1.5])
+def test_id_key_fast_path_agrees_with_the_general_rule(value: object) -> None:
+    """``1`` and ``1.0`` are one id; ``1`` and ``"1"`` two; anything else is told apart by its type and repr."""
+    general = (type(value).__name__ if not isinstance(value, float) else "int",
+               value if isinstance(value, str | int | float) else repr(value))
+    assert id_key(value) == general
 
 
 @settings(max_examples=200)

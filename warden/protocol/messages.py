@@ -2,7 +2,10 @@
 
 warden forwards what it does not need to understand untouched. Parsing therefore stops at the envelope: ``id``,
 ``params``, ``result`` and ``error`` are kept as the exact JSON text the peer sent (``msgspec.Raw``), and the
-encoders splice raw text back in. Only what policy or translation must read is decoded further, by the caller.
+encoders splice raw text back in. What must be read is decoded once: checking a message means decoding its id and
+params (a number no double holds is valid JSON syntax that no later decode could read), so :func:`parse_message`
+keeps what that check decoded on the :class:`Request` or :class:`Notification` it returns
+(:meth:`Request.decoded_params`, :meth:`Request.key`) instead of leaving every reader to decode the same bytes again.
 
 Classification never raises on peer input: whatever bytes arrive, :func:`parse_message` returns one of
 :class:`Request`, :class:`Notification`, :class:`Response`, :class:`ErrorResponse` or :class:`Invalid` (which
@@ -13,7 +16,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 import msgspec
@@ -37,20 +40,50 @@ CONNECTION_CLOSED: Final = -32000
 @final
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A request. ``id`` and ``params`` are raw JSON text; ``params`` is None when absent."""
+    """A request. ``id`` and ``params`` are raw JSON text; ``params`` is None when absent.
+
+    ``value`` and ``id_key`` are what :func:`parse_message` decoded of them while checking the message (None for a
+    request built elsewhere): read them through :meth:`decoded_params` and :meth:`key`, which decode only when
+    nothing was kept. The decoded params are the message's one copy: readers must not change them.
+    """
 
     id: bytes
     method: str
     params: bytes | None
     raw: bytes
+    value: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+    id_key: tuple[str, object] | None = field(default=None, compare=False, repr=False)
+
+    def decoded_params(self) -> dict[str, Any]:
+        """The params as an object (``{}`` when absent), decoded once.
+
+        Raises:
+            msgspec.DecodeError: only for a request not made by :func:`parse_message` whose params do not decode.
+        """
+        return self.value if self.value is not None else decode_object(self.params)
+
+    def key(self) -> tuple[str, object]:
+        """:func:`id_key` of the decoded id: what tells this request's id from every other in flight.
+
+        Raises:
+            msgspec.DecodeError: only for a request not made by :func:`parse_message` whose id does not decode.
+        """
+        return self.id_key if self.id_key is not None else id_key(decode_json(self.id))
 
 
 @final
 @dataclass(frozen=True, slots=True)
 class Notification:
+    """A notification; ``value`` as on :class:`Request`."""
+
     method: str
     params: bytes | None
     raw: bytes
+    value: dict[str, Any] | None = field(default=None, compare=False, repr=False)
+
+    def decoded_params(self) -> dict[str, Any]:
+        """As :meth:`Request.decoded_params`."""
+        return self.value if self.value is not None else decode_object(self.params)
 
 
 @final
@@ -121,23 +154,24 @@ def _valid_id(raw: bytes) -> bool:
     return first == b'"' or first == b"-" or first.isdigit()
 
 
-def _out_of_range(raw: bytes) -> str | None:
-    """Why warden could not read a raw ``id``/``params``/``result`` it kept undecoded, or None if it can.
+def _decoded(raw: bytes) -> tuple[Any, str | None]:
+    """A raw ``id``/``params``/``result`` span the envelope decoder kept undecoded, decoded: ``(value, None)``, or
+    ``(None, why)`` when warden cannot read it.
 
     The envelope decoder checks JSON syntax only; a number like ``1e400`` is valid JSON that no double holds, and
     would make every later decode of that span raise. Such a message is refused here, once, so no code path that
-    reads it later meets the error.
+    reads it later meets the error; what this decodes is kept (ids and params) so no reader decodes it again.
     """
     try:
-        msgspec.json.decode(raw)
+        return msgspec.json.decode(raw), None
     except (msgspec.DecodeError, RecursionError) as exc:
-        return f"it holds a value warden cannot read ({exc})"
-    return None
+        return None, f"it holds a value warden cannot read ({exc})"
 
 
 def parse_message(data: bytes) -> Message:
     """Classify one framed message. Never raises on peer input; every raw span of a request, notification or
-    response it returns decodes (an ``Invalid`` keeps its id as sent, to echo in the error)."""
+    response it returns decodes (an ``Invalid`` keeps its id as sent, to echo in the error), and a request's or
+    notification's decoded id and params come with it."""
     try:
         env = _decode_envelope(data)
     except msgspec.ValidationError:
@@ -157,59 +191,78 @@ def parse_message(data: bytes) -> Message:
         except UnicodeDecodeError as exc:
             return _unparseable(f"not valid UTF-8 at byte {exc.start}", data)
 
-    raw_id = None if env.id is msgspec.UNSET else bytes(env.id)
-    has_method = env.method is not msgspec.UNSET
+    unset = msgspec.UNSET
+    method, error = env.method, env.error
+    raw_id = None if env.id is unset else bytes(env.id)
+    has_method = method is not unset
     if env.jsonrpc != "2.0":
         return Invalid(INVALID_REQUEST, 'missing or wrong "jsonrpc" (must be "2.0")', raw_id, has_method, data)
-    if raw_id is not None and not _valid_id(raw_id):
-        if raw_id == b"null" and not has_method and env.error is not msgspec.UNSET:
-            raw_id = None  # JSON-RPC: an error about an unreadable request carries id null
+    id_value: object = None
+    if raw_id is not None:
+        if not _valid_id(raw_id):
+            if raw_id == b"null" and not has_method and error is not unset:
+                raw_id = None  # JSON-RPC: an error about an unreadable request carries id null
+            else:
+                return Invalid(INVALID_REQUEST, "id must be a string or a number", None, has_method, data)
         else:
-            return Invalid(INVALID_REQUEST, "id must be a string or a number", None, has_method, data)
-    if raw_id is not None and (problem := _out_of_range(raw_id)) is not None:
-        return Invalid(INVALID_REQUEST, f"id: {problem}", raw_id, has_method, data)
-    params = None if env.params is msgspec.UNSET else bytes(env.params)
+            id_value, problem = _decoded(raw_id)
+            if problem is not None:
+                return Invalid(INVALID_REQUEST, f"id: {problem}", raw_id, has_method, data)
 
     if has_method:
-        if not isinstance(env.method, str) or not env.method:
+        if not isinstance(method, str) or not method:
             return Invalid(INVALID_REQUEST, "method must be a non-empty string", raw_id, True, data)
-        if env.result is not msgspec.UNSET or env.error is not msgspec.UNSET:
+        if env.result is not unset or error is not unset:
             return Invalid(INVALID_REQUEST, "a request cannot carry result or error", raw_id, True, data)
-        if params is not None and params[:1] != b"{":
-            return Invalid(INVALID_PARAMS, "params must be an object", raw_id, True, data)
-        if params is not None and (problem := _out_of_range(params)) is not None:
-            return Invalid(INVALID_PARAMS, f"params: {problem}", raw_id, True, data)
+        params: bytes | None = None
+        value: dict[str, Any] | None = None
+        if env.params is not unset:
+            params = bytes(env.params)
+            if params[:1] != b"{":
+                return Invalid(INVALID_PARAMS, "params must be an object", raw_id, True, data)
+            value, problem = _decoded(params)
+            if problem is not None:
+                return Invalid(INVALID_PARAMS, f"params: {problem}", raw_id, True, data)
         if raw_id is None:
-            return Notification(env.method, params, data)
-        return Request(raw_id, env.method, params, data)
+            return Notification(method, params, data, value)
+        return Request(raw_id, method, params, data, value, id_key(id_value))
 
-    if env.result is not msgspec.UNSET:
-        if env.error is not msgspec.UNSET:
+    if env.result is not unset:
+        if error is not unset:
             return Invalid(INVALID_REQUEST, "a response cannot carry both result and error", raw_id, False, data)
         if raw_id is None:
             return Invalid(INVALID_REQUEST, "a response needs an id", None, False, data)
         result = bytes(env.result)
         if result[:1] != b"{":
             return Invalid(INVALID_REQUEST, "result must be an object", raw_id, False, data)
-        if (problem := _out_of_range(result)) is not None:
+        # Checked by decoding, and not kept: a result is forwarded as it came, and most are never read.
+        _, problem = _decoded(result)
+        if problem is not None:
             return Invalid(INVALID_REQUEST, f"result: {problem}", raw_id, False, data)
         return Response(raw_id, result, data)
 
-    if env.error is not msgspec.UNSET:
-        error = bytes(env.error)
+    if error is not unset:
+        error_raw = bytes(error)
         try:
-            obj = _decode_error_object(error)
+            obj = _decode_error_object(error_raw)
         except (msgspec.DecodeError, RecursionError):
             return Invalid(INVALID_REQUEST, "error must be an object with integer code and string message",
                            raw_id, False, data)
-        return ErrorResponse(raw_id, obj.code, obj.message, error, data)
+        return ErrorResponse(raw_id, obj.code, obj.message, error_raw, data)
 
     return Invalid(INVALID_REQUEST, "neither a request, a notification nor a response", raw_id, False, data)
 
 
+_ID_KINDS: Final = {str: "str", int: "int", float: "int"}
+
+
 def id_key(value: object) -> tuple[str, object]:
     """A hashable key for a JSON-RPC id decoded to Python, so ``1`` and ``"1"`` stay apart (``1`` and ``1.0`` are
-    the same number, and the same request, to every JSON parser that matters)."""
+    the same number, and the same request, to every JSON parser that matters). Runs per message: the types a
+    decoded id has are looked up, anything else takes the general rule."""
+    kind = _ID_KINDS.get(type(value))
+    if kind is not None:
+        return kind, value
     return (type(value).__name__ if not isinstance(value, float) else "int",
             value if isinstance(value, str | int | float) else repr(value))
 

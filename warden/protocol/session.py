@@ -374,7 +374,7 @@ class Session(Generic[W]):
                 yield self.settle(message.id, Reply(error=message.error, code=message.code,
                                                      message=message.message))
         elif isinstance(message, Request):
-            key = id_key(decode_json(message.id))
+            key = message.key()
             if key in self._incoming:
                 yield InvalidIncoming(Invalid(INVALID_REQUEST, "request id already in use", message.id, True,
                                               message.raw[:64]),
