@@ -43,7 +43,6 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Final, final
 
-import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
@@ -78,7 +77,6 @@ from warden.protocol.messages import (
     Notification,
     Request,
     Response,
-    decode_json,
     decode_object,
     encode_error,
     encode_json,
@@ -191,14 +189,18 @@ class _Request:
         self.method: str = scope["method"]
         self.path: str = scope["path"]
         self.headers: list[tuple[bytes, bytes]] = [(bytes(k).lower(), bytes(v)) for k, v in scope["headers"]]
+        self._by_name: dict[bytes, list[bytes]] = {}
+        """Every value of each header, in order: a request asks for a dozen of them, each once or more."""
+        for key, value in self.headers:
+            self._by_name.setdefault(key, []).append(value)
         length = self.single(b"content-length")
-        self.unread_body = bool(self.all(b"transfer-encoding")) or (length is not None and length != b"0")
+        self.unread_body = b"transfer-encoding" in self._by_name or (length is not None and length != b"0")
         """A body was announced and not read to its end: the connection cannot carry another request."""
         self.principal = ANONYMOUS
         """Who the face authenticated (:mod:`warden.gateway.principals`); set at admission."""
 
     def all(self, name: bytes) -> list[bytes]:
-        return [value for key, value in self.headers if key == name]
+        return self._by_name.get(name, [])
 
     def single(self, name: bytes) -> bytes | None:
         """The header's value when it was sent exactly once, else None (absent or ambiguous)."""
@@ -228,14 +230,9 @@ def _shown(value: bytes | None) -> str:
     return repr(text) + ("…" if len(value) > 80 else "")
 
 
-def _meta_version(params: bytes | None) -> object:
-    """The ``_meta`` protocol version a body carries, if it is readable (decides the era without a header)."""
-    if params is None or b"_meta" not in params:
-        return None
-    try:
-        meta = decode_object(params).get("_meta")
-    except (msgspec.DecodeError, TypeError):
-        return None
+def _meta_version(message: Request) -> object:
+    """The ``_meta`` protocol version a request carries, if any (decides the era without a header)."""
+    meta = message.decoded_params().get("_meta")
     return meta.get(META_PROTOCOL_VERSION) if isinstance(meta, dict) else None
 
 
@@ -292,6 +289,68 @@ class _Session:
         for stream in self.logs.values():
             stream.close()
         self.link.unsolicited = None
+
+
+@final
+class _ModernReply:
+    """How one 2026 request's response goes out; the :class:`~warden.gateway.link.Sink` the gateway writes to.
+
+    The task that runs the request writes its answer itself, as one JSON object, when the answer is all there is
+    (the common case: no task, stream or event of its own). The moment a message must go before the answer, or it
+    was asked for upfront, or the answer keeps the host waiting past the keep-alive interval, :meth:`stream`
+    starts one writer task that sends everything as an event stream (:meth:`HttpFace._write`), the answer last.
+    Whichever writes the response ends the request's nursery when it is done, so the helper watching for a
+    disconnect stops with it.
+    """
+
+    def __init__(self, face: HttpFace, send: _Send, nursery: trio.Nursery) -> None:
+        self._face = face
+        self._send = send
+        self._nursery = nursery
+        self._log: EventLog | None = None
+        self._answering = False
+
+    @property
+    def scope(self) -> trio.CancelScope:
+        """Cancelled when the host goes away or the response is complete."""
+        return self._nursery.cancel_scope
+
+    @property
+    def streaming(self) -> bool:
+        return self._log is not None
+
+    def stream(self) -> None:
+        """Send the response as an event stream from now on (unless the JSON answer is already being written)."""
+        if self._log is None and not self._answering:
+            self._log = log_ = EventLog(None, max_bytes=self._face._stream_bytes)
+            self._nursery.start_soon(self._stream, log_)
+
+    async def _stream(self, log_: EventLog) -> None:
+        await self._face._write(self._send, log_, sse=True, modern=True, position=0, priming=False)
+        self.scope.cancel()
+
+    async def send(self, message: bytes) -> None:
+        """A message before the answer (progress, a log, a question): the response becomes an event stream.
+
+        Raises:
+            trio.ClosedResourceError: the answer was already given (a message after it has nowhere to go).
+        """
+        if self._answering:
+            raise trio.ClosedResourceError("the response has been written")
+        self.stream()
+        assert self._log is not None
+        await self._log.send(message)
+
+    def finish(self, response: bytes | None) -> None:
+        """The request ended with ``response`` (None: it failed or was cancelled); an event stream ends with it."""
+        if self._log is not None:
+            self._log.finish(response)
+
+    async def answer(self, response: bytes) -> None:
+        """Write ``response`` as the one JSON object of the response, then end the request's helper."""
+        self._answering = True
+        await self._face._send_json(self._send, _modern_status(response), response)
+        self.scope.cancel()
 
 
 @final
@@ -521,7 +580,7 @@ class HttpFace:
                 return
             await self._session_post(session, message, receive, send)
         elif isinstance(message, Request) and message.method == "initialize" and not isinstance(
-                _meta_version(message.params), str):
+                _meta_version(message), str):
             await self._initialize(message, request.principal, receive, send)
         else:
             await self._modern_post(request, message, receive, send)
@@ -545,7 +604,7 @@ class HttpFace:
             await self._refuse(send, 400, INVALID_REQUEST,
                                "a 2026-07-28 client sends no responses; without a session there is nothing to answer")
             return
-        params = decode_object(message.params)
+        params = message.decoded_params()
         # PX24/PX26/SEC05: _meta, MCP-Protocol-Version, Mcp-Method, Mcp-Name and the version, before anything else;
         # PX25: for a call, the Mcp-Param-* headers the tool designates too.
         tool, refusal = self._tool_headers(params) if message.method == "tools/call" else (None, None)
@@ -565,12 +624,19 @@ class HttpFace:
         meta = params.get("_meta") or {}
         upfront = (message.method == "subscriptions/listen" or meta.get("progressToken") is not None
                    or meta.get(META_LOG_LEVEL) is not None)
-        stream = EventLog(None, max_bytes=self._stream_bytes)
+        link = self._modern_link(request.principal)
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._run, message, self._modern_link(request.principal), stream, None)
-            nursery.start_soon(self._cancel_on_disconnect, receive, nursery.cancel_scope)
-            await self._write(send, stream, sse=upfront, modern=True, position=0, priming=False)
-            nursery.cancel_scope.cancel()
+            reply = _ModernReply(self, send, nursery)
+            if upfront:
+                reply.stream()
+            nursery.start_soon(self._watch_modern, receive, reply)
+            response: bytes | None = None
+            try:
+                response = self._shape(message, await self._gateway.handle(message, link, reply))
+            finally:
+                reply.finish(response)
+            if not reply.streaming:
+                await reply.answer(response)
 
     def _tool_headers(self, params: dict[str, Any]) -> tuple[ToolHeaders | None, str | None]:
         """The checked ``x-mcp-header`` annotations of the tool a call names, as warden last listed it (None when
@@ -600,6 +666,17 @@ class HttpFace:
         while (await receive())["type"] != "http.disconnect":
             pass
         scope.cancel()
+
+    async def _watch_modern(self, receive: _Receive, reply: _ModernReply) -> None:
+        """A 2026 request's one helper task: it cancels the request when the host closes the response stream
+        (:meth:`_cancel_on_disconnect`), and turns a JSON answer still pending after the keep-alive interval into
+        an event stream, so the host hears ``:`` comments instead of silence."""
+        if not reply.streaming:
+            with trio.move_on_after(self._options.keepalive_interval):
+                await self._cancel_on_disconnect(receive, reply.scope)
+                return
+            reply.stream()
+        await self._cancel_on_disconnect(receive, reply.scope)
 
     async def _run(self, request: Request, link: HostLink, stream: EventLog,
                    scope: trio.CancelScope | None) -> None:
@@ -730,7 +807,7 @@ class HttpFace:
                                                 question_timeout=self._options.question_timeout),
                            trio.current_time())
         try:
-            session.link.accept_initialize(decode_object(message.params))
+            session.link.accept_initialize(message.decoded_params())
         except RemoteProtocolError as exc:
             await self._refuse(send, 400, exc.jsonrpc_code, exc.message, id_raw=message.id)
             return
@@ -753,11 +830,7 @@ class HttpFace:
             return
         if isinstance(message, Notification):
             if message.method == "notifications/cancelled":
-                try:
-                    target = decode_object(message.params).get("requestId")
-                except (msgspec.DecodeError, TypeError):
-                    target = None
-                scope = session.tasks.get(id_key(target))
+                scope = session.tasks.get(id_key(message.decoded_params().get("requestId")))
                 if scope is not None:
                     scope.cancel()  # PX19: the gateway's upstream request is cancelled as the task unwinds
             else:
@@ -771,16 +844,13 @@ class HttpFace:
     async def _session_request(self, session: _Session, message: Request, receive: _Receive, send: _Send,
                                headers: Iterable[tuple[bytes, bytes]] = (), unless_error: bool = False
                                ) -> bytes | None:
-        try:
-            key = id_key(decode_json(message.id))
-        except msgspec.DecodeError:  # parse_message checked the id; this would be a bug
-            key = ("raw", message.id)
+        key = message.key()
         if key in session.tasks:
             await self._refuse(send, 400, INVALID_REQUEST, "request id already in use in this session",
                                id_raw=message.id)
             return None
         if message.method == "tools/call":
-            _, refusal = self._tool_headers(decode_object(message.params))
+            _, refusal = self._tool_headers(message.decoded_params())
             if refusal is not None:
                 response = encode_error(message.id, INVALID_PARAMS, refusal)
                 await self._send_json(send, 200, response, headers)
@@ -792,8 +862,7 @@ class HttpFace:
         legacy = session.link.legacy
         asks = (legacy is not None and message.method in MRTR_METHODS
                 and bool(routable_client_capabilities(legacy.capabilities)))
-        params = decode_object(message.params)
-        meta = params.get("_meta")
+        meta = message.decoded_params().get("_meta")
         upfront = asks or (isinstance(meta, dict) and meta.get("progressToken") is not None)
         answer: bytes | None = None
         async with trio.open_nursery() as nursery:
