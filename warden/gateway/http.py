@@ -299,8 +299,8 @@ class _ModernReply:
     (the common case: no task, stream or event of its own). The moment a message must go before the answer, or it
     was asked for upfront, or the answer keeps the host waiting past the keep-alive interval, :meth:`stream`
     starts one writer task that sends everything as an event stream (:meth:`HttpFace._write`), the answer last.
-    Whichever writes the response ends the request's nursery when it is done, so the helper watching for a
-    disconnect stops with it.
+    Whichever writes the response then ends the helper watching for a disconnect, through the helper's own scope
+    (:attr:`watching`): it returns rather than dying of a ``Cancelled`` its nursery would have to record.
     """
 
     def __init__(self, face: HttpFace, send: _Send, nursery: trio.Nursery) -> None:
@@ -309,10 +309,12 @@ class _ModernReply:
         self._nursery = nursery
         self._log: EventLog | None = None
         self._answering = False
+        self.watching = trio.CancelScope()
+        """The disconnect helper runs in it; cancelled once the response is complete."""
 
     @property
     def scope(self) -> trio.CancelScope:
-        """Cancelled when the host goes away or the response is complete."""
+        """The request's: cancelled when the host goes away."""
         return self._nursery.cancel_scope
 
     @property
@@ -327,7 +329,7 @@ class _ModernReply:
 
     async def _stream(self, log_: EventLog) -> None:
         await self._face._write(self._send, log_, sse=True, modern=True, position=0, priming=False)
-        self.scope.cancel()
+        self.watching.cancel()
 
     async def send(self, message: bytes) -> None:
         """A message before the answer (progress, a log, a question): the response becomes an event stream.
@@ -350,7 +352,7 @@ class _ModernReply:
         """Write ``response`` as the one JSON object of the response, then end the request's helper."""
         self._answering = True
         await self._face._send_json(self._send, _modern_status(response), response)
-        self.scope.cancel()
+        self.watching.cancel()
 
 
 @final
@@ -671,12 +673,13 @@ class HttpFace:
         """A 2026 request's one helper task: it cancels the request when the host closes the response stream
         (:meth:`_cancel_on_disconnect`), and turns a JSON answer still pending after the keep-alive interval into
         an event stream, so the host hears ``:`` comments instead of silence."""
-        if not reply.streaming:
-            with trio.move_on_after(self._options.keepalive_interval):
-                await self._cancel_on_disconnect(receive, reply.scope)
-                return
-            reply.stream()
-        await self._cancel_on_disconnect(receive, reply.scope)
+        with reply.watching:
+            if not reply.streaming:
+                with trio.move_on_after(self._options.keepalive_interval):
+                    await self._cancel_on_disconnect(receive, reply.scope)
+                    return
+                reply.stream()
+            await self._cancel_on_disconnect(receive, reply.scope)
 
     async def _run(self, request: Request, link: HostLink, stream: EventLog,
                    scope: trio.CancelScope | None) -> None:
