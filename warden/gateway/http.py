@@ -309,8 +309,11 @@ class _ModernReply:
         self._nursery = nursery
         self._log: EventLog | None = None
         self._answering = False
+        self.done = False
+        """The response is complete."""
         self.watching = trio.CancelScope()
-        """The disconnect helper runs in it; cancelled once the response is complete."""
+        """The disconnect helper runs in it; cancelled once the response is complete (and, while the answer may
+        still go as JSON, at the end of the keep-alive interval)."""
 
     @property
     def scope(self) -> trio.CancelScope:
@@ -329,6 +332,7 @@ class _ModernReply:
 
     async def _stream(self, log_: EventLog) -> None:
         await self._face._write(self._send, log_, sse=True, modern=True, position=0, priming=False)
+        self.done = True
         self.watching.cancel()
 
     async def send(self, message: bytes) -> None:
@@ -352,6 +356,7 @@ class _ModernReply:
         """Write ``response`` as the one JSON object of the response, then end the request's helper."""
         self._answering = True
         await self._face._send_json(self._send, _modern_status(response), response)
+        self.done = True
         self.watching.cancel()
 
 
@@ -673,13 +678,16 @@ class HttpFace:
         """A 2026 request's one helper task: it cancels the request when the host closes the response stream
         (:meth:`_cancel_on_disconnect`), and turns a JSON answer still pending after the keep-alive interval into
         an event stream, so the host hears ``:`` comments instead of silence."""
-        with reply.watching:
-            if not reply.streaming:
-                with trio.move_on_after(self._options.keepalive_interval):
-                    await self._cancel_on_disconnect(receive, reply.scope)
-                    return
-                reply.stream()
-            await self._cancel_on_disconnect(receive, reply.scope)
+        if not reply.streaming:
+            reply.watching.deadline = trio.current_time() + self._options.keepalive_interval
+        while True:
+            with reply.watching:
+                await self._cancel_on_disconnect(receive, reply.scope)
+                return
+            if reply.done:
+                return
+            reply.stream()  # the keep-alive interval passed with the answer still to come
+            reply.watching = trio.CancelScope()
 
     async def _run(self, request: Request, link: HostLink, stream: EventLog,
                    scope: trio.CancelScope | None) -> None:
