@@ -168,6 +168,18 @@ def _decoded(raw: bytes) -> tuple[Any, str | None]:
         return None, f"it holds a value warden cannot read ({exc})"
 
 
+def _object(span: bytes, what: str, code: int, raw_id: bytes | None, is_request: bool,
+            data: bytes) -> tuple[Any, Invalid | None]:
+    """A ``params`` or ``result`` span decoded, or the :class:`Invalid` (with ``code``) that refuses the message:
+    it is not an object, or :func:`_decoded` cannot read it."""
+    if span[:1] != b"{":
+        return None, Invalid(code, f"{what} must be an object", raw_id, is_request, data)
+    value, problem = _decoded(span)
+    if problem is not None:
+        return None, Invalid(code, f"{what}: {problem}", raw_id, is_request, data)
+    return value, None
+
+
 def parse_message(data: bytes) -> Message:
     """Classify one framed message. Never raises on peer input; every raw span of a request, notification or
     response it returns decodes (an ``Invalid`` keeps its id as sent, to echo in the error), and a request's or
@@ -218,11 +230,9 @@ def parse_message(data: bytes) -> Message:
         value: dict[str, Any] | None = None
         if env.params is not unset:
             params = bytes(env.params)
-            if params[:1] != b"{":
-                return Invalid(INVALID_PARAMS, "params must be an object", raw_id, True, data)
-            value, problem = _decoded(params)
-            if problem is not None:
-                return Invalid(INVALID_PARAMS, f"params: {problem}", raw_id, True, data)
+            value, refusal = _object(params, "params", INVALID_PARAMS, raw_id, True, data)
+            if refusal is not None:
+                return refusal
         if raw_id is None:
             return Notification(method, params, data, value)
         return Request(raw_id, method, params, data, value, id_key(id_value))
@@ -233,13 +243,9 @@ def parse_message(data: bytes) -> Message:
         if raw_id is None:
             return Invalid(INVALID_REQUEST, "a response needs an id", None, False, data)
         result = bytes(env.result)
-        if result[:1] != b"{":
-            return Invalid(INVALID_REQUEST, "result must be an object", raw_id, False, data)
         # Checked by decoding, and not kept: a result is forwarded as it came, and most are never read.
-        _, problem = _decoded(result)
-        if problem is not None:
-            return Invalid(INVALID_REQUEST, f"result: {problem}", raw_id, False, data)
-        return Response(raw_id, result, data)
+        _, refusal = _object(result, "result", INVALID_REQUEST, raw_id, False, data)
+        return Response(raw_id, result, data) if refusal is None else refusal
 
     if error is not unset:
         error_raw = bytes(error)
