@@ -82,7 +82,6 @@ from warden.protocol.messages import (
     UNSUPPORTED_PROTOCOL_VERSION,
     Notification,
     Request,
-    decode_object,
     encode_error,
     encode_error_object,
     encode_json,
@@ -501,7 +500,7 @@ class Gateway:
         """A request's params and context (its ``upstream`` set by :meth:`_on_lane` once the lane is known), or
         the error response for a request warden refuses on its face (bad ``_meta``, unknown version or method)."""
         method = request.method
-        params = decode_object(request.params)
+        params = request.decoded_params()  # parse_message decoded them once already (read-only: copies are made)
         if not isinstance(params.get("_meta", {}), dict):
             return encode_error(request.id, INVALID_PARAMS, "params._meta must be an object")
         version, capabilities = read_request_meta(params)

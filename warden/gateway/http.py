@@ -638,12 +638,18 @@ class HttpFace:
                 reply.stream()
             nursery.start_soon(self._watch_modern, receive, reply)
             response: bytes | None = None
+            handled: Handled | None = None
             try:
-                response = self._shape(message, await self._gateway.handle(message, link, reply))
+                try:
+                    handled = await self._gateway.handle(message, link, reply)
+                    response = self._shape(message, handled.message)
+                finally:
+                    reply.finish(response)
+                if not reply.streaming:
+                    await reply.answer(response)
             finally:
-                reply.finish(response)
-            if not reply.streaming:
-                await reply.answer(response)
+                if handled is not None and handled.after is not None:
+                    handled.after()  # its outcome record, once the answer is written (or could not be)
 
     def _tool_headers(self, params: dict[str, Any]) -> tuple[ToolHeaders | None, str | None]:
         """The checked ``x-mcp-header`` annotations of the tool a call names, as warden last listed it (None when
