@@ -12,7 +12,7 @@ import trio
 import trio.testing
 
 from warden.gateway.http import HttpFace, HttpOptions
-from warden.gateway.link import HostLink, Sink, Started
+from warden.gateway.link import Handled, HostLink, Sink, Started
 from warden.protocol.eras import META_PROTOCOL_VERSION
 from warden.protocol.messages import Notification, Request, encode_notification, encode_result
 from warden.protocol.sse import SSEParser
@@ -41,7 +41,7 @@ class Scripted:
     def known_tool(self, name: str) -> dict[str, Any] | None:
         return None
 
-    async def handle(self, request: Request, link: HostLink, sink: Sink) -> bytes:
+    async def handle(self, request: Request, link: HostLink, sink: Sink) -> Handled:
         for message in self.before:
             await sink.send(message)
         try:
@@ -49,7 +49,7 @@ class Scripted:
         except trio.Cancelled:
             self.cancelled = True
             raise
-        return encode_result(request.id, b'{"tools":[]}')
+        return Handled(encode_result(request.id, b'{"tools":[]}'))
 
     async def start(self, request: Request, link: HostLink, sink: Sink, answer: Any) -> Started | None:
         return None
