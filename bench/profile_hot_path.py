@@ -2,7 +2,7 @@
 the raw echo server while one client makes N ``tools/call``s (sequential, or ``--concurrency`` at once). Prints the
 functions with the most inclusive samples (own and callees) and the most own samples, as a share of all samples.
 
-py-spy is not a warden dependency: ``.venv/bin/pip install py-spy`` first.
+py-spy is a bench dependency, not warden's: ``make bench`` installs it (pinned in pyproject's ``bench`` extra).
 
     .venv/bin/python bench/profile_hot_path.py [--calls N] [--concurrency C] [--audit] [--keep FILE]
 """
