@@ -554,9 +554,10 @@ class Hub:
         """``request`` to ``member``'s gateway: as it is when ``params`` is None, else with these params (a name
         without its server's prefix)."""
         member, sub = await self._sub(link, member)
-        if params is not None:
+        if params is not None:  # the gateway reads these params as they are, not decoded again from the body
             body = encode_json(params)
-            request = Request(request.id, request.method, body, encode_request(request.id, request.method, body))
+            request = Request(request.id, request.method, body, encode_request(request.id, request.method, body),
+                              value=dict(params), id_key=request.id_key)
         with trio.CancelScope() as answering:
             member.answering.add(answering)
             try:
@@ -610,7 +611,7 @@ class Hub:
             "serverInfo": _server_info(), "instructions": self._instructions()}))
 
     async def _discover(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        version, _ = read_request_meta(decode_object(request.params))
+        version, _ = read_request_meta(request.decoded_params())
         if version is not None and version not in MODERN_VERSIONS:
             return encode_error(request.id, UNSUPPORTED_PROTOCOL_VERSION, "Unsupported protocol version",
                                 {"supported": list(MODERN_VERSIONS), "requested": version})
@@ -623,7 +624,7 @@ class Hub:
         return encode_result(request.id, b"{}")
 
     async def _set_level(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        level = decode_object(request.params).get("level")
+        level = request.decoded_params().get("level")
         if link.legacy is None or level not in LOG_LEVELS:
             return encode_error(request.id, INVALID_PARAMS, f"unknown log level {level!r}")
         link.legacy.log_level = level
@@ -637,7 +638,7 @@ class Hub:
 
     async def _list(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """Every server's list at once, each waited for at most ``list_wait``; entries renamed, resources mapped."""
-        params = decode_object(request.params)
+        params = request.decoded_params()
         if params.get("cursor") is not None:
             return encode_error(request.id, INVALID_PARAMS, "invalid cursor (warden returns complete lists)")
         answers = await self._ask_all(request, link, sink)
@@ -753,7 +754,7 @@ class Hub:
         return member, parts[1]
 
     async def _named(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        params = decode_object(request.params)
+        params = request.decoded_params()
         what = "tool" if request.method == "tools/call" else "prompt"
         member, name = self._member_of(params.get("name"), what)
         response = await self._forward(member, request, {**params, "name": name}, link, sink)
@@ -806,7 +807,7 @@ class Hub:
     async def _task(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """``tasks/get``, ``tasks/result``, ``tasks/update``, ``tasks/cancel``: to the server the task id names,
         with the server's own id; that server's gateway then decides whether this host owns the task."""
-        params = decode_object(request.params)
+        params = request.decoded_params()
         era = Era.MODERN if read_request_meta(params)[0] is not None else Era.LEGACY
         if request.method not in CLIENT_REQUESTS[era]:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
@@ -820,7 +821,7 @@ class Hub:
         cursor, bounded pages, entries and bytes), each task once, waited for at most ``list_wait``. A server
         that breaks a rule or does not finish in time is left out of the answer (and the log says so), as the
         hub's other lists leave out a server that does not answer."""
-        params = decode_object(request.params)
+        params = request.decoded_params()
         if read_request_meta(params)[0] is not None:
             return encode_error(request.id, METHOD_NOT_FOUND, f"Method not found: {request.method}")
         if params.get("cursor") is not None:
@@ -859,7 +860,7 @@ class Hub:
         return encode_result(request.id, encode_json({"tasks": tasks}))
 
     async def _complete(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        params = decode_object(request.params)
+        params = request.decoded_params()
         given = params.get("ref")
         ref: dict[str, Any] = given if isinstance(given, dict) else {}
         if ref.get("type") == "ref/prompt":
@@ -874,7 +875,7 @@ class Hub:
         return await self._forward(self.members[owners[0]], request, None, link, sink, counted=False)
 
     async def _by_uri(self, request: Request, link: HostLink, sink: Sink) -> bytes:
-        params = decode_object(request.params)
+        params = request.decoded_params()
         uri = params.get("uri")
         if not isinstance(uri, str):
             return encode_error(request.id, INVALID_PARAMS, "params.uri must be a string")
@@ -919,7 +920,7 @@ class Hub:
 
     async def _learn_resources(self, request: Request, link: HostLink) -> None:
         """A read before any list: list resources and templates now, on the host's own terms (its ``_meta``)."""
-        meta = decode_object(request.params).get("_meta")
+        meta = request.decoded_params().get("_meta")
         body = encode_json({"_meta": meta}) if isinstance(meta, dict) else None
         for method in ("resources/list", "resources/templates/list"):
             await self._list(Request(_OWN_ID, method, body, encode_request(_OWN_ID, method, body)), link, NO_SINK)
@@ -927,7 +928,7 @@ class Hub:
     async def _listen(self, request: Request, link: HostLink, sink: Sink) -> bytes:
         """One ``subscriptions/listen`` per server on the host's stream; the host gets one acknowledgement (the
         union, after every server's or ``list_wait``) and then each server's notifications as they come."""
-        params = decode_object(request.params)
+        params = request.decoded_params()
         asked = params.get("notifications")
         wanted: dict[str, Any] = asked if isinstance(asked, dict) else {}
         asked = wanted.get("resourceSubscriptions")
