@@ -52,6 +52,7 @@ $(VENV)/.bench-installed: $(VENV)/.installed
 bench: setup $(VENV)/.bench-installed
 	$(BIN)/python bench/proxy_overhead.py
 	$(BIN)/python bench/audit_throughput.py
+	$(BIN)/python bench/call_timeline.py
 
 clean:
 	rm -rf $(VENV) $(PEERS)/node_modules .system-packages
