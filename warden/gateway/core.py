@@ -41,7 +41,15 @@ import trio
 
 from warden import audit
 from warden.consent import ApprovalRequest, WebhookApprovals
-from warden.errors import AuditError, PolicyError, RemoteProtocolError, UpstreamError, UpstreamTimeout, WardenError
+from warden.errors import (
+    AuditError,
+    PolicyError,
+    RemoteProtocolError,
+    UpstreamClosed,
+    UpstreamError,
+    UpstreamTimeout,
+    WardenError,
+)
 from warden.gateway.exchanges import Exchanges
 from warden.gateway.guard import Guard
 from warden.gateway.link import NO_SINK, Answer, Caller, Context, Handled, HostLink, Sink, Started, host_name
@@ -153,6 +161,14 @@ def _screen_of(guard: Guard, method: str, params: Mapping[str, Any]) -> _Screen 
     return _Screen(guard, "") if method in ("prompts/get", "resources/read") else None
 
 
+def _restarted(name: str) -> UpstreamClosed:
+    """A call decided on one server process must not reach another: the server restarted between the decision and
+    the forward, and what was decided (its instructions' pin among the facts) was about the process that ended."""
+    return UpstreamClosed(f"the server {name!r} restarted after this request was decided; nothing was sent to it",
+                          hint="send the request again: it is decided on the restarted server (whose instructions "
+                               "are checked against their pin first)")
+
+
 def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
     if isinstance(exc, RemoteProtocolError):
         return encode_error(id_raw, exc.jsonrpc_code, exc.message)
@@ -247,6 +263,10 @@ class _Forwarding:
             self._record_cancelled()
             return
         gateway, request, ctx = self._gateway, self._request, self._ctx
+        if gateway.upstream.description is not self._description:  # decided on a process that is gone
+            response = self.failed(_restarted(gateway._name))
+            await self._answer.send(response.message, hold=True, after=response.after)
+            return
         forwarded = gateway._questions.answered(
             strip_host_meta(gateway._screened_arguments(request.method, self._params, raw=request.params)), ctx)
         gateway._in_flight.add(self.entry)  # the server may ask this request's host something (PX01)
@@ -621,13 +641,13 @@ class Gateway:
     async def _decided_and_forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                                      sink: Sink) -> Handled:
         asker = wire_asker(link, sink) if link.can_ask_in_band(ctx) else None
-        index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
+        index, decided_on = await self._authorize(request, params, asker, ctx.caller, link.session_key)
         screen = _screen_of(self.guard, request.method, params)
         tasks = request.method == "tools/call" and self._tasks.carried(ctx, link)
         try:
             response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params,
                                                                                          raw=request.params),
-                                                  sink, screen, tasks=tasks, link=link)
+                                                  sink, screen, tasks=tasks, link=link, decided_on=decided_on)
             self._tasks.note(params, ctx, link, reply, index, tasks=tasks)
             await self._tainted_by(request.method, params, link, index, ctx.caller)
         except WardenError as exc:
@@ -747,12 +767,20 @@ class Gateway:
 
     async def _forward(self, request: Request, ctx: Context, params: dict[str, Any],
                        sink: Sink, screen: _Screen | None = None, *, tasks: bool = False,
-                       link: HostLink | None = None) -> tuple[bytes, Reply]:
+                       link: HostLink | None = None,
+                       decided_on: ServerDescription | None = None) -> tuple[bytes, Reply]:
         """Send the request upstream and shape the answer for the host's era; returns the encoded response and
         the server's final reply (as the server sent it). ``screen``: the content rules the final result passes
         through before anything of it is encoded for the host (they may refuse it: PolicyError). ``tasks``: the
-        request declares the tasks extension, so a ``"task"`` result is valid."""
+        request declares the tasks extension, so a ``"task"`` result is valid. ``decided_on``: the server process
+        an audited request was decided on (:meth:`_authorize`); it goes to no other.
+
+        Raises:
+            UpstreamClosed: the server restarted since ``decided_on`` (nothing was sent).
+        """
         description = await self._connected()
+        if decided_on is not None and description is not decided_on:
+            raise _restarted(self._name)
         forwarded = self._questions.answered(strip_host_meta(params), ctx)
         reply = await self._call_upstream(request.method, forwarded, ctx, sink, tasks=tasks, link=link)
         for _ in range(MAX_INPUT_ROUNDS):
@@ -813,7 +841,9 @@ class Gateway:
         try:
             asker = exchange.ask if HostCapabilities.from_client_capabilities(ctx.capabilities).elicitation_form \
                 else None
-            index = await self._authorize(request, params, asker, ctx.caller, link.session_key)
+            index, decided_on = await self._authorize(request, params, asker, ctx.caller, link.session_key)
+            if await self._connected() is not decided_on:
+                raise _restarted(self._name)
             forwarded = strip_host_meta(self._screened_arguments(method, params))
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, NO_SINK, tasks=tasks)
@@ -860,11 +890,13 @@ class Gateway:
             await self.guard.mark_source(name, link.session_key, index, caller)
 
     async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
-                         caller: Caller, session: str | None = None) -> int | None:
+                         caller: Caller, session: str | None = None) -> tuple[int | None, ServerDescription | None]:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from ``caller``; ask a
         human (through ``asker``, when there is a way to reach one) when the policy says so. The decision is
-        recorded durably either way; an allowed request's record index is returned (its outcome is tied to it), a
-        refusal is raised.
+        recorded durably either way; an allowed request's record index is returned (its outcome is tied to it),
+        with the server process whose pins (its instructions' among them) the decision read: the request goes to
+        that process or to none (a question may wait minutes, and a server can restart meanwhile with other
+        instructions, which are checked only when warden next looks at the connection). A refusal is raised.
 
         Raises:
             PolicyError: refused (never forwarded): the message says why and which command approves it.
@@ -888,8 +920,9 @@ class Gateway:
                                     approval_channel=asker is None and self._approvals is not None,
                                     principal=caller.principal)
             if decision.effect is Effect.ALLOW:
+                decided_on = self._observed
                 return await self._allowed(request, kind, name, decision, arguments, findings, caller,
-                                           confirmed=confirmed is not None, via=via)
+                                           confirmed=confirmed is not None, via=via), decided_on
             if decision.effect is Effect.DENY:
                 break
             if decision.effect is Effect.ASK:
