@@ -251,3 +251,42 @@ async def test_an_outcome_record_is_built_only_after_its_answer_went_to_the_host
     assert len(decided) == 2
     for id_, index in zip(("tasked", "inline"), decided, strict=True):
         assert order.index(("answer", id_)) < order.index(("outcome", index))
+
+
+async def test_PX19_a_call_whose_host_left_while_its_record_was_committed_is_recorded_cancelled_and_never_sent(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """covers: PX19, write-ahead. The host leaves, and the gateway stops with it, while an audited call's decision
+    record is being committed: once the record is durable, the call gets its CANCELLED outcome (before: it was
+    queued for a forwarding task that was gone, and the decision was left without an outcome), and the server
+    never sees it."""
+    gate = Gate()
+    monkeypatch.setattr(os, "fdatasync", gate)
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    servers: list[MemoryConnector] = []
+    async with audit.open_audit_log(state) as log:
+        leaving = trio.Event()
+
+        async def call_then_leave() -> None:
+            async with gateway_in_process(tmp_path, legacy_server, log=log) as (host, connector):
+                servers.append(connector)
+                await host.initialize()
+                await host.request("list", "tools/list", {})
+                await host.response("list")
+                gate.shut = True
+                await host.request(1, "tools/call", {"name": "echo", "arguments": {"text": "left"}})
+                await gate.wait_entered()
+                leaving.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call_then_leave)
+            await leaving.wait()
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # the gateway stopped; its end waits on the log
+            gate.open()
+        await log.checkpoint()  # runs on the writer after the commit that was held
+        await trio.testing.wait_all_tasks_blocked()
+    assert calls_seen(servers[0]) == []
+    log_records = records(tmp_path)
+    [decided] = [r for r in log_records if r["event"] == "call.decided" and r["target"] == "echo"]
+    outcome = outcome_of(log_records, decided)
+    assert (outcome["outcome"], outcome["error"]) == ("cancelled", "cancelled by the host")

@@ -238,16 +238,31 @@ class _Forwarding:
         if self._finish():
             self._record_cancelled()
 
-    def _record_cancelled(self) -> None:
-        self._gateway.recorder.outcome(self.index, method=self._request.method, result=None,
-                                       error="cancelled by the host", outcome=audit.Outcome.CANCELLED)
+    def _record_cancelled(self, why: str = "cancelled by the host") -> None:
+        self._gateway.recorder.outcome(self.index, method=self._request.method, result=None, error=why,
+                                       outcome=audit.Outcome.CANCELLED)
 
     def committed(self, decided: int | AuditError) -> None:
         """The audit log's continuation (:meth:`Recorder.decided_then`): the decision record is durable (its
         index), or was refused (the error). It runs in the log's wakeup, where nothing may wait, so the forward
-        is queued for the gateway's forwarding task (:meth:`Gateway._forward_committed`), in commit order."""
+        is queued for the gateway's forwarding task (:meth:`Gateway._forward_committed`), in commit order. A call
+        the host cancelled (or left) meanwhile is not queued: its CANCELLED outcome is recorded here, so it is
+        recorded even when warden is stopping and the forwarding task is gone."""
+        if self._done:
+            if not isinstance(decided, AuditError):
+                self.index = decided
+                self._record_cancelled()
+            return
         self._gateway._committed.append((self, decided))
         self._gateway._forwarder.unpark()
+
+    def unsent(self, decided: int | AuditError) -> None:
+        """The forwarding task ended (warden is stopping) with this call queued: it is never sent, and its outcome
+        says why (the host's cancel, when that came first: it waited for :meth:`forward` to be recorded)."""
+        by_host = not self._finish()
+        if not isinstance(decided, AuditError):
+            self.index = decided
+            self._record_cancelled("cancelled by the host" if by_host else "warden stopped before sending it")
 
     async def forward(self, decided: int | AuditError | None) -> None:
         """Send the call upstream now that its decision record is durable (``decided``: the record's index; None
@@ -470,13 +485,18 @@ class Gateway:
         each call whose decision record became durable (:meth:`_Forwarding.committed` queues it), in commit order,
         and writes what one commit made ready upstream at once (a task per batch, not one per call)."""
         ready = self._committed
-        while True:
-            while not ready:
-                await self._forwarder.park()
+        try:
+            while True:
+                while not ready:
+                    await self._forwarder.park()
+                while ready:
+                    forwarding, decided = ready.popleft()
+                    await forwarding.forward(decided)
+                flush_held()
+        finally:  # the gateway is stopping: what was still queued is never sent, and its outcome says so
             while ready:
                 forwarding, decided = ready.popleft()
-                await forwarding.forward(decided)
-            flush_held()
+                forwarding.unsent(decided)
 
     def _taken(self, request: Request, link: HostLink) -> tuple[Context, dict[str, Any], str, Decision] | None:
         """What :meth:`start` needs of a call it takes (context, params, tool, an ALLOW decided as
