@@ -286,3 +286,46 @@ def test_signed_but_malformed_record_is_rejected(log: Path, capsys: pytest.Captu
     assert code == 7
     assert "record 4 (byte" in out
     assert "arguments at detail 'hash' must not carry a value" in out
+
+
+def test_signed_record_nested_too_deeply_fails_verify_report_and_recovery_cleanly(
+        log: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile log handed to a responder: one signed record whose ``arguments.value`` nests 20,000 arrays deep (no
+    writer makes it: arguments deeper than 64 levels are refused). Before, msgspec's RecursionError escaped every
+    reader: `audit verify` (fast and --deep), show, export and report stopped with "internal error ... a bug in
+    warden" instead of naming the record, the report (written whatever verification finds) was not written at all,
+    and opening the log for writing crashed. Now each names record 4 as invalid and the report says FAILED."""
+    signer = parse_skey((log / "keys" / "audit-signing.key").read_text())
+    payloads = frames(log)
+    deep = b"[" * 20_000 + b"]" * 20_000
+    head, _, rest = payloads[4].partition(b'"detail":"hash","digest":"')
+    payloads[4] = head + b'"detail":"full","digest":"' + rest[:71] + b'","value":' + deep + rest[72:]
+    assert deep in payloads[4]
+    rebuild(log, payloads)
+    frontier = Frontier()
+    for p in payloads:
+        frontier.append(leaf_hash(p))
+    note = sign_checkpoint(Checkpoint(signer.name, frontier.size, frontier.root()), signer).note
+    (log / AUDIT / "checkpoints.log").write_bytes(encode_frame(0x02, note))
+    (log / AUDIT / "checkpoint").write_bytes(note)
+    for extra in ((), ("--deep",)):
+        code, out = verify(capsys, log, *extra)
+        assert code == 7, out
+        assert "record 4 (byte" in out
+        assert "nested too deeply" in out
+        assert "internal error" not in out
+    for args in (("show",), ("show", "--json"), ("export", "--format", "ocsf")):
+        code = main(["--state-dir", str(log), "audit", *args])
+        out = capsys.readouterr()
+        assert code == 7, out
+        assert "record 4 is not a valid audit record" in out.err
+    report = tmp_path / "report.html"
+    code = main(["--state-dir", str(log), "audit", "report", "-o", str(report)])
+    out = capsys.readouterr()
+    assert "VERIFICATION FAILED" in out.out
+    assert "nested too deeply" in out.out
+    assert "VERIFICATION FAILED" in report.read_text()
+    # recovery reads every record after its durable anchor: anchored at the start, it meets record 4
+    (log / AUDIT / "state").write_bytes(encode_state(State(0, 0, Frontier().root())))
+    with pytest.raises(VerificationError, match="log ends after 4 records, but 30 were committed"):
+        Store.open(log)

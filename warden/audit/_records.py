@@ -403,9 +403,14 @@ def decode_record(data: bytes, *, deep: bool = True) -> Record:
 
     Raises:
         msgspec.ValidationError, msgspec.DecodeError: not JSON, or a field is of the wrong type or size.
-        InvalidRecord: a rule spanning fields, or (deep) a field's content, is wrong.
+        InvalidRecord: a rule spanning fields, or (deep) a field's content, is wrong; or the JSON is nested too
+            deeply to parse (a stored record is read from a log that may be hostile: msgspec's ``RecursionError``
+            would otherwise escape every caller that expects one of these).
     """
-    record = _DECODER.decode(data)
+    try:
+        record = _DECODER.decode(data)
+    except RecursionError as exc:
+        raise InvalidRecord("the record's JSON is nested too deeply") from exc
     _check_rules(record, deep=deep)
     return record
 

@@ -168,7 +168,7 @@ def _records(reader: LogReader) -> Iterator[tuple[int, bytes, Record | None, int
     for index, frame in enumerate(scan_frames(reader.committed, 0, FRAME_RECORD)):
         try:
             record: Record | None = _DECODE(frame.payload)
-        except (msgspec.ValidationError, msgspec.DecodeError):
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):  # nested too deeply: undecodable
             record = None
         yield index, frame.payload, record, frame.end
         if not index & 0xFFFF:

@@ -208,6 +208,9 @@ def verify_log(entries: bytes | memoryview, *, log_key: Ed25519Verifier, checkpo
                 record = decode(data)
             except (msgspec.ValidationError, msgspec.DecodeError) as exc:
                 raise VerificationError(f"{_where(index, offset)} is not a valid audit record: {exc}") from exc
+            except RecursionError as exc:  # JSON nested deeper than msgspec parses (no writer produces it)
+                raise VerificationError(f"{_where(index, offset)} is not a valid audit record: its JSON is nested "
+                                        f"too deeply") from exc
             args = record.arguments
             if record.index != index or record.v != RECORD_VERSION or deep or (
                     args is not None and (args.detail is Detail.HASH) == args.has_value):
