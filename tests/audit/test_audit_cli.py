@@ -169,3 +169,40 @@ def test_verify_a_log_that_never_published(state_dir: Path, capsys: pytest.Captu
     code, out, _ = run(capsys, state_dir, "verify")
     assert code == 0
     assert "no checkpoint published yet" in out
+
+
+def test_check_proof_shows_the_record_escaped_and_refuses_one_that_is_not_a_record(
+        state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Terminal injection through `audit check-proof`, the one command a third party runs on a proof handed to them:
+    it printed the record inside the proof as stored, so a server's error text or name put a raw C1 CSI (U+009B), a
+    bidi override (U+202E), a line separator or a zero-width space on the responder's terminal (JSON escapes only
+    C0). Now the record is shown as `audit show --json` shows it (every flagged character as a \\uXXXX escape, the
+    same JSON values), and a proof whose signed leaf is not a warden record (a hostile key's) is refused, not
+    printed."""
+    from warden.audit._checkpoint import Checkpoint, format_tlog_proof, sign_checkpoint
+    from warden.audit._note import Ed25519Signer
+
+    store = Store.open(state_dir, clock=lambda: T0)
+    store.commit([Record(event=Event.AUDIT_OPENED)])
+    store.commit([decision(1, server_name="fs\u202eevil", error="boom\u009b2J\u2028forged\u200b")], publish=True)
+    store.close()
+    _, vkey, _ = run(capsys, state_dir, "key")
+    proof_file = tmp_path / "record1.tlog-proof"
+    assert run(capsys, state_dir, "prove", "1", "-o", str(proof_file))[0] == 0
+    code, out, _ = run(capsys, tmp_path / "nowhere", "check-proof", str(proof_file), "--vkey", vkey.strip())
+    assert code == 0
+    record = out.splitlines()[1]
+    assert json.loads(record)["error"] == "boom\u009b2J\u2028forged\u200b"  # the same values
+    for ch in "\u009b\u202e\u2028\u200b":
+        assert ch not in out
+    assert "\\u202e" in record
+    # a leaf signed by some key but not a warden record (invalid UTF-8 and a raw ESC) is refused, never printed
+    signer = Ed25519Signer.generate("hostile.example/log")
+    leaf = b"\xff\x1b[2J not a record"
+    note = sign_checkpoint(Checkpoint(signer.name, 1, leaf_hash(leaf)), signer)
+    proof_file.write_bytes(format_tlog_proof(0, [], note, extra=leaf))
+    code, out, err = run(capsys, tmp_path / "nowhere", "check-proof", str(proof_file), "--vkey",
+                         signer.verifier.vkey)
+    assert code == 7
+    assert "not a valid audit record" in err
+    assert "\x1b" not in out + err

@@ -423,9 +423,15 @@ def _check_proof(ctx: CommandContext, args: argparse.Namespace) -> int:
     witnesses = _witness_keys(args.witness)
     quorum = len(witnesses) if args.quorum is None else args.quorum
     proof, checkpoint = verify_tlog_proof(_read_file(args.file, "proof"), key, witnesses=witnesses, quorum=quorum)
-    _out(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}\n")
-    if proof.extra is not None:  # the record, shown: redacted like every audit view
-        sys.stdout.buffer.write(load_redactor(ctx.state_dir).wire(proof.extra) + b"\n")
+    if proof.extra is not None:  # signed is not the same as well-formed: only a warden record is shown
+        try:
+            decode_record(proof.extra, deep=False)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
+            raise VerificationError(f"the proof's record {proof.index} is not a valid audit record: {exc}") from exc
+    _out(for_terminal(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}")
+         + "\n")
+    if proof.extra is not None:  # the record, shown as `audit show --json` shows it: redacted, controls escaped
+        sys.stdout.buffer.write(_json_for_terminal(load_redactor(ctx.state_dir).wire(proof.extra)) + b"\n")
         sys.stdout.flush()
     return 0
 
