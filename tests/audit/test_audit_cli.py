@@ -206,3 +206,40 @@ def test_check_proof_shows_the_record_escaped_and_refuses_one_that_is_not_a_reco
     assert code == 7
     assert "not a valid audit record" in err
     assert "\x1b" not in out + err
+
+
+def test_a_log_whose_origin_does_not_read_as_itself_is_refused(log: Path, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A hostile log handed to a responder comes with its own log.json and key, and the origin (the key's name) is
+    printed by verify, key, checkpoint and check-proof: C2SP key names only exclude spaces and '+', so an origin
+    holding a C1 CSI (U+009B), a bidi override or a zero-width space passed, and `audit verify` printed it raw
+    after "audit log OK" (a fresh log could also carry an origin that reads exactly like the real one). Now every
+    reading command and the writer refuse such a log.json, naming the characters escaped."""
+    from warden.audit._checkpoint import Checkpoint, sign_checkpoint
+    from warden.audit._errors import AuditUnavailable
+    from warden.audit._format import FRAME_NOTE, FRAME_RECORD, encode_frame, scan_frames
+    from warden.audit._merkle import Frontier
+    from warden.audit._note import Ed25519Signer
+
+    hostile = "warden.invalid/audit/\u009b2J\u202eKO\u200b"
+    signer = Ed25519Signer.generate(hostile)
+    audit_dir = log / "audit"
+    (audit_dir / "log.json").write_text(json.dumps({"format": "warden-audit/1", "origin": hostile}))
+    (log / "keys" / "audit-signing.key").write_text(signer.skey + "\n")
+    # the same records, re-signed under the new key, as the log's owner could
+    data = (audit_dir / "entries.log").read_bytes()
+    frontier = Frontier()
+    for frame in scan_frames(data, 0, FRAME_RECORD):
+        frontier.append(leaf_hash(frame.payload))
+    note = sign_checkpoint(Checkpoint(hostile, frontier.size, frontier.root()), signer).note
+    (audit_dir / "checkpoints.log").write_bytes(encode_frame(FRAME_NOTE, note))
+    (audit_dir / "checkpoint").write_bytes(note)
+    for args in (("verify",), ("key",), ("checkpoint",), ("show",), ("report", "-o", str(tmp_path / "r.html"))):
+        code, out, err = run(capsys, log, *args)
+        assert code == 6, (args, out, err)
+        assert "is not a log warden wrote" in err
+        assert "<U+202E>" in err
+        for ch in "\u009b\u202e\u200b":
+            assert ch not in out + err
+    with pytest.raises(AuditUnavailable, match="is not a log warden wrote"):
+        Store.open(log)

@@ -20,8 +20,8 @@ from types import TracebackType
 from warden.audit._files import KEY_FILE, load_signer, read_all
 from warden.audit._format import FRAME_NOTE, FRAME_OVERHEAD, FRAME_RECORD, HEAD_SIZE, Head, decode_head, scan_frames
 from warden.audit._merkle import HASH_SIZE, inclusion_proof
-from warden.audit._note import Ed25519Verifier
-from warden.audit._store import AUDIT_DIR, CHECKPOINT, ENTRIES, HASHES, HEAD, META, NOTES
+from warden.audit._note import Ed25519Verifier, NoteError
+from warden.audit._store import AUDIT_DIR, CHECKPOINT, ENTRIES, HASHES, HEAD, META, NOTES, check_origin
 from warden.audit._verify import CheckpointSource
 from warden.errors import AuditError, StateError, VerificationError
 
@@ -56,6 +56,11 @@ class LogReader:
             raise AuditError(f"cannot read {meta}: {exc}") from exc
         if not isinstance(doc, dict) or not isinstance(doc.get("origin"), str):
             raise AuditError(f"{meta} is not a warden audit log description")
+        try:
+            check_origin(doc["origin"])  # printed by every reading command: it must read as it is
+        except NoteError as exc:
+            raise AuditError(f"{meta} is not a log warden wrote: {exc}",
+                             hint="keep this state directory as evidence") from exc
         self.origin: str = doc["origin"]
         self._fds: list[int] = []
         self._maps: list[mmap.mmap] = []

@@ -84,9 +84,10 @@ from warden.audit._records import (
 from warden.audit._reserve import RESUME_FREE, DiskReserve, out_of_space
 from warden.durable import pwrite_all, replace_file, write_new_file
 from warden.errors import VerificationError
+from warden.escape import char_class, for_terminal
 from warden.paths import ensure_private_dir
 
-__all__ = ["AUDIT_DIR", "Store", "format_time", "new_origin"]
+__all__ = ["AUDIT_DIR", "Store", "check_origin", "format_time", "new_origin"]
 
 AUDIT_DIR: Final = "audit"
 ENTRIES: Final = "entries.log"
@@ -119,6 +120,24 @@ def format_time(t: float) -> str:
 def new_origin() -> str:
     """A fresh, unique log identity: a schema-less URL that names no real host."""
     return f"warden.invalid/audit/{secrets.token_hex(16)}"
+
+
+def check_origin(origin: str) -> None:
+    """A log origin is a key name (C2SP) that a person can also read as it is: nothing :func:`char_class` flags.
+
+    The origin is the log key's name, so it is printed by ``verify``, ``key``, ``checkpoint``, ``check-proof`` and
+    the report; a log handed to a responder comes with its own ``log.json`` and key. A C1 control (U+009B is a CSI),
+    a bidi override or a zero-width character in it would reach the responder's terminal, or make a fresh log's
+    origin read exactly like the real one's. warden's own origins are ASCII (:func:`new_origin`).
+
+    Raises:
+        NoteError: not a valid key name, or it holds a character that does not read as itself.
+    """
+    check_key_name(origin)
+    bad = next((ch for ch in origin if char_class(ch) is not None), None)
+    if bad is not None:
+        raise NoteError(f"log origin '{for_terminal(origin)}' holds U+{ord(bad):04X} ({char_class(bad)}): an origin "
+                        f"must read as it is")
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,8 +307,14 @@ class Store:
         if not isinstance(doc, dict) or doc.get("format") != LOG_FORMAT or not isinstance(doc.get("origin"), str):
             raise AuditUnavailable(f"{path} is not a {LOG_FORMAT} log",
                                    hint="this state directory holds a log warden cannot read")
+        try:
+            check_origin(doc["origin"])
+        except NoteError as exc:
+            raise AuditUnavailable(f"{path} is not a log warden wrote: {exc}",
+                                   hint="keep this state directory as evidence") from exc
         if origin is not None and origin != doc["origin"]:
-            raise AuditUnavailable(f"the log in {self.dir} is {doc['origin']!r}, not {origin!r}")
+            raise AuditUnavailable(f"the log in {self.dir} is '{for_terminal(doc['origin'])}', not "
+                                   f"'{for_terminal(origin)}'")
         return _Meta(doc["origin"])
 
     def _create_meta(self, origin: str | None) -> _Meta:
@@ -303,7 +328,7 @@ class Store:
                      "away first (it still verifies the old log's checkpoints)")
         origin = origin or new_origin()
         try:
-            check_key_name(origin)
+            check_origin(origin)
         except NoteError as exc:
             raise AuditUnavailable(f"invalid log origin: {exc}") from exc
         doc = {"format": LOG_FORMAT, "origin": origin}
