@@ -243,3 +243,24 @@ def test_a_log_whose_origin_does_not_read_as_itself_is_refused(log: Path, tmp_pa
             assert ch not in out + err
     with pytest.raises(AuditUnavailable, match="is not a log warden wrote"):
         Store.open(log)
+
+
+def test_verify_with_vkey_refuses_a_log_that_no_checkpoint_binds_to_the_key(
+        state_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A forged log handed to a responder who holds the real verifier key: any records, the real origin, no
+    checkpoint, and a head (CRC only, not signed) saying nothing was ever published. Before, `audit verify --vkey
+    REAL` exited 0 with "audit log OK" and `audit report --vkey REAL` showed a green VERIFIED banner, though no
+    signature of that key covers any record. Now both fail with --vkey: the crash leniency stays for the local
+    key only."""
+    store = Store.open(state_dir, clock=lambda: 0.0)  # at time 0 no checkpoint is ever due
+    store.commit([decision(1), decision(2)])
+    store.close()
+    _, vkey, _ = run(capsys, state_dir, "key")
+    (state_dir / "keys" / "audit-signing.key").unlink()  # the forger never had it
+    code, out, err = run(capsys, state_dir, "verify", "--vkey", vkey.strip())
+    assert code == 7, out
+    assert "no signed checkpoint" in err
+    report = tmp_path / "r.html"
+    code, out, _ = run(capsys, state_dir, "report", "--vkey", vkey.strip(), "-o", str(report))
+    assert code == 7, out
+    assert "VERIFICATION FAILED" in report.read_text()

@@ -185,7 +185,9 @@ def _in_scope(r: Record | None, options: ReportOptions) -> bool:
 
 def _verify(reader: LogReader, key: Ed25519Verifier, options: ReportOptions, state_dir: Path) -> _Verdict:
     sources = [*reader.checkpoint_notes(), *witnessed_sources(state_dir), *options.external]
-    never_published = reader.head is not None and reader.head.notes_end == 0 and not options.external
+    # as `audit verify`: the unsigned head's "never published" excuses no checkpoint only for the local key
+    never_published = (reader.head is not None and reader.head.notes_end == 0 and not options.external
+                       and options.log_key is None)
     trail = VerifyTrail()
     try:
         result = verify_log(reader.committed, log_key=key, checkpoints=sources, hashes=reader.hashes,

@@ -203,8 +203,11 @@ def _verify(ctx: CommandContext, args: argparse.Namespace) -> int:
         witnesses = _witness_keys(args.witness)
         quorum = len(witnesses) if args.quorum is None else args.quorum
         # A log whose head says nothing was ever published (a crash right after its first batch) has no
-        # checkpoint yet, legitimately; any other log without one had its checkpoints removed.
-        never_published = reader.head is not None and reader.head.notes_end == 0 and not args.checkpoint
+        # checkpoint yet, legitimately; any other log without one had its checkpoints removed. The head is not
+        # signed, so this leniency is only for the local key: verifying against a --vkey asks whether the records
+        # are bound to that key, and with no checkpoint nothing binds them (a forged log needs no key at all).
+        never_published = (reader.head is not None and reader.head.notes_end == 0 and not args.checkpoint
+                           and not args.vkey)
         update, done = _progress(reader.count(), "verifying")
         try:
             result = verify_log(reader.committed, log_key=key, checkpoints=sources, hashes=reader.hashes,
