@@ -3,9 +3,12 @@ embeds, with ``jsonschema``), to Timesketch JSONL with its three mandatory field
 
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
+import os
+import pty
 import subprocess
 import time
 from pathlib import Path
@@ -283,3 +286,44 @@ def test_export_follow_delivers_a_record_committed_after_it_started(log: Path) -
         proc.terminate()
         proc.wait(timeout=30)
     assert proc.returncode in (0, -15), proc.stderr.read() if proc.stderr else ""
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "timesketch", "ocsf"])
+def test_export_to_a_terminal_escapes_what_a_terminal_would_obey_and_keeps_the_values(state_dir: Path,
+                                                                                        fmt: str) -> None:
+    """A server's error text in a record (C1 CSI, bidi override, line separator, zero-width space) reaches a
+    responder's terminal through ``audit export`` as ``\\uXXXX`` escapes, the same JSON values (before: written as
+    stored, so the terminal obeyed them); to a pipe or a file it stays byte for byte (a SIEM reads it)."""
+    hostile = "bad\u009b2J\u202etxt.exe\u2028forged line\u200b"
+    store = Store.open(state_dir, clock=lambda: T0)
+    store.commit([Record(event=Event.SERVER_EXITED, server_name="s", error=hostile)], publish=True)
+    store.close()
+    command = [WARDEN, "--state-dir", str(state_dir), "audit", "export", "--format", fmt]
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen(command, stdout=follower, stderr=subprocess.PIPE)
+        os.close(follower)
+        shown = b""
+        while chunk := _read_pty(leader):
+            shown += chunk
+        assert proc.wait(timeout=60) == 0
+    finally:
+        os.close(leader)
+    text = shown.decode()
+    assert not any(ch in text for ch in "\u009b\u202e\u2028\u200b")
+    assert "\\u009b" in text
+    assert "\\u202e" in text
+    piped = subprocess.run(command, capture_output=True, check=True).stdout.decode()
+    assert hostile in piped or json.dumps(hostile)[1:-1] in piped
+    assert [json.loads(line) for line in text.replace("\r\n", "\n").split("\n") if line] == \
+        [json.loads(line) for line in piped.split("\n") if line]  # (splitlines() would split at U+2028)
+
+
+def _read_pty(fd: int) -> bytes:
+    """What the pty holds, or b"" once the writer closed it (EIO on Linux)."""
+    try:
+        return os.read(fd, 65536)
+    except OSError as exc:
+        if exc.errno == errno.EIO:
+            return b""
+        raise

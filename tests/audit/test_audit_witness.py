@@ -438,3 +438,21 @@ async def test_warden_run_has_each_new_checkpoint_cosigned(start_witness: object
                                "--witness", w1.vkey, "--quorum", "1"], capture_output=True, text=True, timeout=60)
     assert verified.returncode == 0, verified.stderr
     assert "witnessed: records 0.." in verified.stdout
+
+
+def test_witness_lines_escape_a_hostile_name_and_url(log: tuple[Path, str, str], start_witness: object,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A witness's local name (C2SP key names allow C1 controls and bidi overrides) and its URL are shown escaped by
+    ``witness add`` and ``witness list`` (before: written as given, so a pasted name's U+009B CSI or U+202E reached
+    the terminal, and ``list`` printed whatever witnesses.json held)."""
+    state_dir, origin, vkey = log
+    w1 = start_witness({origin: vkey})  # type: ignore[operator]
+    name = "w\u009b2J\u202e1"
+    code, out, err = run(capsys, state_dir, "witness", "add", name, w1.url, w1.vkey, "--no-cosign")
+    assert code == 0, err
+    code, listed, err = run(capsys, state_dir, "witness", "list")
+    assert code == 0, err
+    for shown in (out, listed):
+        assert "\u009b" not in shown
+        assert "\u202e" not in shown
+        assert "w\\x9b2J<U+202E>1" in shown

@@ -180,7 +180,10 @@ def _progress(total: int, label: str) -> tuple[Callable[[int], None] | None, Cal
 
 
 def _out(text: str) -> None:
-    sys.stdout.write(text)
+    """The one way the audit commands write text to stdout: escaped for the terminal (line breaks kept), since
+    what they print quotes the log, its origin, witnesses' names and URLs, and files a responder was handed.
+    Machine-readable output (``show --json``, ``export``) is written as bytes by its own display point."""
+    sys.stdout.write(for_terminal(text, keep_newlines=True))
     sys.stdout.flush()
 
 

@@ -47,7 +47,16 @@ from warden.audit import (
     summarize_witnesses,
 )
 from warden.cli._common import CommandContext, print_error
-from warden.cli.audit import _key_text, _log_key, _out, _progress, _read_file, _when, _witness_keys
+from warden.cli.audit import (
+    _json_for_terminal,
+    _key_text,
+    _log_key,
+    _out,
+    _progress,
+    _read_file,
+    _when,
+    _witness_keys,
+)
 from warden.errors import AuditError, ConfigError, VerificationError
 from warden.secrets import Redactor, load_redactor
 
@@ -131,6 +140,8 @@ class _Lines:
 
     def __init__(self, fmt: str, origin: str, since: str | None, redactor: Redactor, sink: BinaryIO) -> None:
         self.fmt, self.origin, self.since, self.redactor, self.sink = fmt, origin, since, redactor, sink
+        # To a terminal, as `audit show --json` writes: the same JSON values, nothing a terminal would obey.
+        self.shown = _json_for_terminal if sink.isatty() else bytes
 
     def write(self, raws: Sequence[RawRecord]) -> None:
         chunk = bytearray()
@@ -138,7 +149,7 @@ class _Lines:
             record = _decode(raw)
             if self.since and record.untrusted_time < self.since:
                 continue
-            chunk += self.redactor.wire(export_line(self.fmt, record, raw.data, self.origin))
+            chunk += self.shown(self.redactor.wire(export_line(self.fmt, record, raw.data, self.origin)))
             chunk += b"\n"
         if chunk:
             self.sink.write(chunk)
