@@ -17,6 +17,7 @@ display point), so a line feed in a tool name can never start a row of its own.
 from __future__ import annotations
 
 import difflib
+import json
 import shlex
 import textwrap
 from collections.abc import Iterable, Mapping, Sequence
@@ -176,13 +177,25 @@ def _unified(old: Sequence[str], new: Sequence[str]) -> list[str]:
 
 
 def _description_lines(definition: Any, width: int) -> list[str]:
+    """A new entry as a person judges it: the title and hints a host shows or acts on (a host may label a tool by
+    its title alone, or run a tool it is told is read-only without asking), its description, and its arguments.
+    The whole definition is one key away ([d]); what is here is what someone approves without pressing it."""
     if not isinstance(definition, Mapping):
         return []
     out: list[str] = []
+    annotations = definition.get("annotations")
+    annotations = annotations if isinstance(annotations, Mapping) else {}
+    wrap = max(40, width - 9)
+    for title in dict.fromkeys(t for t in (definition.get("title"), annotations.get("title")) if isinstance(t, str)):
+        out.extend(_GUTTER + line for line in textwrap.wrap(f"title: {for_terminal(title)}", wrap))
+    hints = [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in annotations.items() if k != "title"]
+    if hints:
+        out.extend(_GUTTER + line for line in textwrap.wrap(for_terminal(f"hints: {', '.join(hints)}"), wrap,
+                                                            break_on_hyphens=False))
     text = definition.get("description")
     if isinstance(text, str) and text:
         for para in text.split("\n"):
-            out.extend(_GUTTER + line for line in textwrap.wrap(for_terminal(para), max(40, width - 9),
+            out.extend(_GUTTER + line for line in textwrap.wrap(for_terminal(para), wrap,
                                                                  break_on_hyphens=False) or [""])
     schema = definition.get("inputSchema")
     props = schema.get("properties") if isinstance(schema, Mapping) else None
