@@ -31,6 +31,7 @@ from warden.auth import (
     TokenError,
     token_digest,
 )
+from warden.errors import UpstreamTimeout
 from warden.secrets import SecretStore
 
 
@@ -242,14 +243,57 @@ async def test_token_answer_without_token_type_is_refused(nursery: trio.Nursery,
     assert ACCESS not in "\n".join(r.getMessage() for r in caplog.records)
 
 
-async def test_state_mismatch_is_refused_before_any_token_request(nursery: trio.Nursery, tmp_path: Any) -> None:
-    async def forged(url: str) -> None:
+async def test_forged_redirects_neither_get_a_token_nor_end_the_authorization(nursery: trio.Nursery,
+                                                                              tmp_path: Any) -> None:
+    """Another page in the user's browser, or another local user, reaches warden's loopback redirect before the
+    authorization server's does: a silent connection, then requests to the callback with a forged state, with none,
+    with a forged ``error``. Each forged one is refused (400) and no token is requested for it; none of them ends
+    the authorization (before: the first forged state ended it, finally for the run, so any web page could keep a
+    server from ever being authorized); the genuine redirect that follows completes it."""
+    answers: list[int] = []
+
+    async def attacker_then_user(url: str) -> None:
         async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
             location = (await http.get(url)).headers["location"]
-            await http.get(location.replace("state=", "state=forged"))
+            callback = urlsplit(location)
+            silent = await trio.open_tcp_stream("127.0.0.1", callback.port)  # sends nothing, holds on
+            base = f"http://127.0.0.1:{callback.port}{callback.path}"
+            for query in (callback.query.replace("state=", "state=forged"), f"code={CODE}",
+                          "error=access_denied&state=forged", callback.query + "&state=again"):
+                answers.append((await http.get(f"{base}?{query}")).status_code)
+            await http.get(location)
+            await silent.aclose()
 
-    harness = await refused(nursery, tmp_path, FakeAuth(), RedirectError, "state does not match", present=forged)
+    harness = await make_harness(nursery, tmp_path, FakeAuth(), present=attacker_then_user)
+    assert await harness.challenge()
+    assert answers == [400, 400, 400, 400]
+    assert len(harness.fake.seen("/token")) == 1
+    assert parse_qs(harness.fake.seen("/token")[0].body.decode())["code"] == [CODE]
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-1"
+
+
+async def test_a_redirect_that_never_comes_times_out_and_may_be_tried_again(nursery: trio.Nursery,
+                                                                            tmp_path: Any) -> None:
+    """Only forged redirects arrive: no token is requested, the authorization times out, and - being no refusal
+    of the server's - it is not final: the next challenge asks the user again."""
+    attempts: list[str] = []
+
+    async def forger_first(url: str) -> None:
+        attempts.append(url)
+        if len(attempts) > 1:
+            await follow(url)
+            return
+        async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+            location = (await http.get(url)).headers["location"]
+            assert (await http.get(location.replace("state=", "state=forged"))).status_code == 400
+
+    harness = await make_harness(nursery, tmp_path, FakeAuth(), present=forger_first,
+                                 settings=OAuthSettings(timeout=2))
+    with pytest.raises(UpstreamTimeout, match="not completed within"):
+        await harness.challenge()
     assert harness.fake.seen("/token") == []
+    assert await harness.challenge()
+    assert len(attempts) == 2
 
 
 async def test_iss_of_another_issuer_is_refused(nursery: trio.Nursery, tmp_path: Any) -> None:

@@ -2,13 +2,17 @@
 ``127.0.0.1`` that the user's browser is sent back to with the code.
 
 Only the registered path answers; anything else is a 404 and is otherwise ignored (a page on the same machine
-could probe the port). The first request to the path settles the flow: a ``state`` that is not the one warden
-sent is refused - the response may have been injected - and so is an ``error`` answer from the server. The page
-the browser shows says only what happened, never the code.
+could probe the port). A request to the path whose ``state`` is not the one warden sent is refused (400) and
+otherwise ignored too: it may have been injected, and the listener is reachable by every web page the user's
+browser opens and every local user, who would otherwise end the user's authorization at will (the refusal is final
+for the run) - without knowing the state, nobody but the authorization server's redirect can settle the flow. The
+first request with the right state settles it: a code, or an ``error`` answer from the server, which is refused.
+The page the browser shows says only what happened, never the code.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 from dataclasses import dataclass
 from typing import Final, final
@@ -26,6 +30,10 @@ log = logging.getLogger(__name__)
 
 CALLBACK_PATH: Final = "/callback"
 _MAX_REQUEST: Final = 16 * 1024
+_READ_TIMEOUT: Final = 10.0
+"""Seconds one connection to the listener has to send its request and take the answer."""
+_MAX_CONNECTIONS: Final = 16
+"""Connections served at once; more wait to be accepted."""
 _PAGE: Final = ("<!doctype html><meta charset=utf-8><title>warden</title><p>{}</p>"
                 "<p>You can close this tab.</p>")
 
@@ -92,43 +100,85 @@ class RedirectListener:
         await self._listener.aclose()
 
     async def wait(self, state: str) -> AuthorizationResponse:
-        """Serve until a request reaches the callback path, and judge it.
+        """Serve until a request with warden's ``state`` reaches the callback path, and judge it.
+
+        Each connection is served in a task of its own, for at most :data:`_READ_TIMEOUT` seconds, at most
+        :data:`_MAX_CONNECTIONS` at a time: connections that send nothing cannot hold the browser's back.
 
         Raises:
-            RedirectError: the state does not match, the server sent an error, or no code came.
+            RedirectError: the server sent an error, or no code came.
         """
-        while True:
-            stream = await self._listener.accept()
+        outcome: list[AuthorizationResponse | RedirectError] = []
+        slots = trio.Semaphore(_MAX_CONNECTIONS)
+
+        async def serve(stream: trio.SocketStream, nursery: trio.Nursery) -> None:
+            settled: AuthorizationResponse | RedirectError | None = None
             async with stream:
                 try:
-                    with trio.fail_after(10):
-                        target = await self._read_target(stream)
-                except (trio.TooSlowError, h11.RemoteProtocolError, trio.BrokenResourceError, OSError):
-                    continue
-                if target is None:
-                    continue
-                parts = urlsplit(target)
-                if parts.path != CALLBACK_PATH:
-                    await self._answer(stream, 404, "Not found.")
-                    continue
+                    with trio.move_on_after(_READ_TIMEOUT):  # reading the request and answering it
+                        settled = await self._serve_one(stream, state)
+                finally:
+                    slots.release()
+            if settled is not None and not outcome:
+                outcome.append(settled)
+                nursery.cancel_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            while True:
+                await slots.acquire()
                 try:
-                    response = self._judge(parse_qs(parts.query, keep_blank_values=True), state)
-                except RedirectError as exc:
-                    await self._answer(stream, 400, "warden refused this authorization response.")
-                    raise exc from None
-                await self._answer(stream, 200, "warden received the authorization.")
-                return response
+                    stream = await self._listener.accept()
+                except BaseException:
+                    slots.release()
+                    raise
+                nursery.start_soon(serve, stream, nursery)
+        if isinstance(outcome[0], RedirectError):
+            raise outcome[0]
+        return outcome[0]
+
+    async def _serve_one(self, stream: trio.SocketStream, state: str
+                         ) -> AuthorizationResponse | RedirectError | None:
+        """Answer one connection; what it settles, or None when it settles nothing (another path, a forged or
+        missing state, a request that never came)."""
+        try:
+            target = await self._read_target(stream)
+        except (h11.RemoteProtocolError, trio.BrokenResourceError, OSError):
+            return None
+        if target is None:
+            return None
+        parts = urlsplit(target)
+        if parts.path != CALLBACK_PATH:
+            await self._answer(stream, 404, "Not found.")
+            return None
+        query = parse_qs(parts.query, keep_blank_values=True)
+        if not self._state_matches(query, state):
+            log.warning("refused a request to the OAuth redirect whose state is not the one warden sent (forged by "
+                        "another page or user?); still waiting for the authorization server's")
+            await self._answer(stream, 400, "warden refused this authorization response.")
+            return None
+        try:
+            response = self._judge(query, state)
+        except RedirectError as exc:
+            await self._answer(stream, 400, "warden refused this authorization response.")
+            return exc
+        await self._answer(stream, 200, "warden received the authorization.")
+        return response
+
+    @staticmethod
+    def _state_matches(query: dict[str, list[str]], state: str) -> bool:
+        """Whether the request carries exactly one ``state``, the one warden sent (compared in constant time)."""
+        values = query.get("state")
+        return values is not None and len(values) == 1 and hmac.compare_digest(values[0].encode(), state.encode())
 
     @staticmethod
     def _judge(query: dict[str, list[str]], state: str) -> AuthorizationResponse:
+        """The response of a request whose state matched (:meth:`_state_matches`)."""
         def one(name: str) -> str | None:
             values = query.get(name)
             return values[0] if values else None
 
-        if one("state") != state:
-            raise RedirectError("the authorization response's state does not match the one warden sent: it may "
-                                "have been forged by another page, so warden refused it (no token was requested)",
-                                hint="start the authorization again")
+        if one("state") != state:  # checked by the caller; kept so this never judges a forged response
+            raise RedirectError("the authorization response's state does not match the one warden sent")
         error = one("error")
         if error is not None:
             description = one("error_description") or ""
