@@ -140,6 +140,11 @@ class HttpOptions:
     sse_retry_ms: int = 1000
     """The ``retry`` a legacy priming event tells clients to wait before resuming a broken stream."""
     max_sessions: int = 256
+    max_sessions_per_principal: int = 32
+    """Legacy sessions one principal may hold: past it, its own least recently used session with nothing in flight
+    is ended for the new one (else 503), so no principal can take the sessions every other one needs."""
+    max_requests_per_session: int = 128
+    """Requests one legacy session may have in flight (a disconnect does not cancel them); more get 429."""
     session_idle_timeout: float = 3600.0
     """A legacy session with nothing in flight and no open stream for this long is ended."""
     resume_grace: float = 60.0
@@ -279,9 +284,13 @@ class _Session:
             if n < len(finished) - _MAX_DONE_STREAMS or (done_at is not None and now - done_at > grace):
                 del self.logs[key]
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing in flight and no stream being read."""
+        return not self.tasks and not any(s.attached for s in self.logs.values())
+
     def idle(self, now: float, timeout: float) -> bool:
-        return (not self.tasks and not any(s.attached for s in self.logs.values())
-                and now - self.last_seen > timeout)
+        return self.quiet and now - self.last_seen > timeout
 
     def end(self) -> None:
         for scope in self.tasks.values():
@@ -810,8 +819,28 @@ class HttpFace:
         session.end()
         self._gateway.detach(session.link)
 
+    def _make_room(self, principal: str) -> bool:
+        """Whether ``principal`` may open one more session: under its own cap, or once its least recently used
+        session with nothing in flight and no stream open was ended for it (a host that never sent DELETE)."""
+        own = [(key, session) for key, session in self._sessions.items() if session.link.principal == principal]
+        if len(own) < self._options.max_sessions_per_principal:
+            return True
+        idle = [(session.last_seen, key, session) for key, session in own if session.quiet]
+        if not idle:
+            return False
+        _, key, session = min(idle, key=lambda item: item[0])
+        log.info("ending %s: its principal opened a new session past its limit of %d", session.link.name,
+                 self._options.max_sessions_per_principal)
+        self._end(key, session)
+        return True
+
     async def _initialize(self, message: Request, principal: str, receive: _Receive, send: _Send) -> None:
         self._sweep()
+        if not self._make_room(principal):
+            await self._refuse(send, 503, INVALID_REQUEST,
+                               f"Service Unavailable: this client has {self._options.max_sessions_per_principal} "
+                               "sessions open, each busy; end one (DELETE) or retry later", id_raw=message.id)
+            return
         if len(self._sessions) >= self._options.max_sessions:
             await self._refuse(send, 503, INVALID_REQUEST,
                                f"Service Unavailable: {self._options.max_sessions} sessions are open; end one "
@@ -865,6 +894,11 @@ class HttpFace:
         if key in session.tasks:
             await self._refuse(send, 400, INVALID_REQUEST, "request id already in use in this session",
                                id_raw=message.id)
+            return None
+        if len(session.tasks) >= self._options.max_requests_per_session:
+            await self._refuse(send, 429, INVALID_REQUEST,
+                               f"Too Many Requests: {self._options.max_requests_per_session} requests of this session "
+                               "are in flight; wait for one to finish or cancel one", id_raw=message.id)
             return None
         if message.method == "tools/call":
             _, refusal = self._tool_headers(message.decoded_params())
