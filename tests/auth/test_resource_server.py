@@ -192,6 +192,22 @@ async def test_jwks_down_keeps_cached_keys_until_they_expire_then_fails_closed(i
     assert "keys cannot be fetched" in (await refused(rs, token)).message
 
 
+async def test_made_up_tokens_while_the_issuer_is_down_cost_one_fetch_per_interval(issuer: Issuer) -> None:
+    """Anyone who reaches the face may send a bearer token; while warden holds no keys (the issuer is down), each
+    one made warden fetch the issuer's metadata again before refusing it (before: a flood of junk tokens was a flood
+    of requests to the issuer, one at a time under the lock, each one holding up every real token behind it). Now
+    a failed fetch is retried at most every REFETCH_INTERVAL, and tokens are refused meanwhile (fail closed)."""
+    clock = Clock()
+    rs = server_for(issuer, clock)
+    issuer.down = True
+    for junk in ("not-a-jwt", issuer.token(), "x.y.z", issuer.token(sub="mallory")):
+        assert "keys cannot be fetched" in (await refused(rs, junk)).message
+    assert len(issuer.server.seen) == 1
+    issuer.down = False
+    clock.now += REFETCH_INTERVAL + 1
+    assert isinstance(await rs.check(bearer(issuer.token())), Principal)  # tried again once the interval is over
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -52,7 +52,8 @@ log = logging.getLogger(__name__)
 ASYMMETRIC_ALGORITHMS: Final = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512",
                                 "EdDSA")
 REFETCH_INTERVAL: Final = 30.0
-"""Seconds between JWKS fetches prompted by an unknown key id (a flood of made-up kids costs one fetch)."""
+"""Seconds between JWKS fetches prompted by an unknown key id, or after a fetch failed (a flood of made-up kids,
+or of any tokens while the issuer is down, costs one fetch)."""
 MAX_TOKEN_LENGTH: Final = 16 * 1024
 
 
@@ -121,6 +122,9 @@ class ResourceServer:
         self._keys: KeySet | None = None
         self._keys_until = 0.0
         self._last_fetch = float("-inf")
+        self._failed_at = float("-inf")
+        """When fetching the keys last failed: a fetch is tried at most every :data:`REFETCH_INTERVAL` after a
+        failure, so requests with made-up tokens cannot make warden call an issuer that is down once each."""
         self._lock = trio.Lock()
         parts = urlsplit(settings.resource)
         self.metadata_path = "/.well-known/oauth-protected-resource" + parts.path.rstrip("/")
@@ -233,11 +237,14 @@ class ResourceServer:
                 return self._keys
             if refetch and now - self._last_fetch < REFETCH_INTERVAL:
                 return self._keys if fresh else None
+            if now - self._failed_at < REFETCH_INTERVAL:
+                return self._keys if fresh else None  # the issuer failed just now: not again for every request
             self._last_fetch = now
             try:
                 self._keys = await self._fetch_keys()
                 self._keys_until = now + self.settings.jwks_ttl
             except (DiscoveryError, ValueError, JoseError) as exc:
+                self._failed_at = now
                 log.warning("cannot fetch the keys of %s: %s", for_terminal(self.settings.issuer),
                             exc.message if isinstance(exc, DiscoveryError) else for_terminal(str(exc)))
                 return self._keys if fresh else None
