@@ -175,6 +175,29 @@ def test_environment_is_the_policy_s_plus_the_sandbox_s_own(state_dir: Path) -> 
     assert "secret" not in repr(result.manifest)
 
 
+def test_the_server_s_variables_skip_the_shims_and_are_restored_by_the_last_one(state_dir: Path) -> None:
+    """B.8 row 43: prlimit, setpriv (root, CAP_SETUID) and the Landlock shim never see the server's variables
+    (``LD_PRELOAD`` in them ran as root before the uid drop); the last shim restores them, by name only."""
+    result = plan(SandboxSettings(), state_dir=state_dir, privileged=True,
+                  env={"LD_PRELOAD": "/w/evil.so", "LANG": "de_DE.UTF-8", "API_TOKEN": "secret", "odd-name": "1"})
+    launch = dict(result.launch_env)
+    assert "LD_PRELOAD" not in launch and "API_TOKEN" not in launch
+    assert launch["WARDEN_HELD_LD_PRELOAD"] == "/w/evil.so"
+    assert launch["LANG"] == "C.UTF-8"  # the shims keep the profile's locale; the server gets its own
+    assert launch["odd-name"] == "1"  # no shell name, so no loader variable: passed as it is
+    assert dict(result.env)["LD_PRELOAD"] == "/w/evil.so"  # what the server sees
+    args = bwrap_args(result, data_fds={k: 9 for k in result.data}, seccomp_fd=8, status_fd=7)
+    assert ["--setenv", "WARDEN_HELD_LD_PRELOAD", "/w/evil.so"] == args[args.index("WARDEN_HELD_LD_PRELOAD") - 1:
+                                                                     args.index("WARDEN_HELD_LD_PRELOAD") + 2]
+    assert "LD_PRELOAD" not in args
+    shim = result.argv[result.argv.index("warden-ready") - 3:result.argv.index("warden-ready") + 1]
+    assert shim[:2] == ("/bin/sh", "-c")
+    assert 'LD_PRELOAD="$WARDEN_HELD_LD_PRELOAD"' in shim[2] and "unset WARDEN_HELD_LD_PRELOAD" in shim[2]
+    assert "secret" not in " ".join(result.argv) and "/w/evil.so" not in " ".join(result.argv)
+    with pytest.raises(LaunchError, match="WARDEN_HELD_"):
+        plan(SandboxSettings(), state_dir=state_dir, env={"WARDEN_HELD_X": "1"})
+
+
 @pytest.mark.parametrize("bad", [{"A=B": "x"}, {"A": "x\0y"}, {"": "x"}])
 def test_unpassable_environment_is_refused(state_dir: Path, bad: dict[str, str]) -> None:
     with pytest.raises(LaunchError, match="cannot be passed"):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -29,7 +30,7 @@ from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.paths import store_dir, within
 from warden.policy import Limits, SandboxSettings
-from warden.sandbox._process import READY_SHIM
+from warden.sandbox._process import HELD_ENV_PREFIX, ready_shim
 from warden.sandbox._profiles import BaseProfile
 from warden.sandbox._runtime import Runtime
 
@@ -47,6 +48,7 @@ _FORBIDDEN_BIND_ROOTS = ("/proc", "/dev", "/sys")
 _FORBIDDEN_WRITE = ("/", "/usr", "/etc", "/boot", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/var",
                     "/root", "/home", "/run")
 _SANDBOX_OWNED_ENV = ("PATH", "HOME", "TMPDIR")
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _MB = 1024 * 1024
 
 
@@ -75,6 +77,9 @@ class SandboxPlan:
     chdir: str
     data: Mapping[str, bytes] = field(default_factory=dict)
     manifest: Mapping[str, Any] = field(default_factory=dict)
+    launch_env: tuple[tuple[str, str], ...] = ()
+    """What bwrap sets: ``env`` with the server's own variables under ``HELD_ENV_PREFIX`` (``env`` is what the
+    server sees, once the last shim has put them back; see :func:`warden.sandbox._process.ready_shim`)."""
 
 
 
@@ -133,6 +138,9 @@ def _check_env(env: Mapping[str, str]) -> None:
         if not name or "=" in name or "\0" in name or "\0" in value:
             raise LaunchError(f"environment variable {name!r} cannot be passed (NUL or '=' in it)",
                               hint="fix the server's env entry in the policy")
+        if name.startswith(HELD_ENV_PREFIX):
+            raise LaunchError(f"environment variable {name!r} cannot be passed (warden's sandbox uses the "
+                              f"{HELD_ENV_PREFIX} prefix itself)", hint="rename the variable")
 
 
 def tmpfs_mb(limits: Limits) -> int:
@@ -412,9 +420,21 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     env["HOME"] = scratch.home
     env["TMPDIR"] = scratch.tmp
     env.update(runtime.env)
+    # What the server sees is ``env``; what bwrap sets is ``launch_env``: the server's own variables travel under
+    # HELD_ENV_PREFIX through prlimit, setpriv (root, CAP_SETUID) and the Landlock shim, and the last shim puts
+    # them back (see ready_shim). A name the shell cannot export is passed as it is: no loader or libc variable
+    # is spelled that way, so none of the shims reads it.
+    launch_env = dict(env)
+    held: list[str] = []
     for name, value in spec_env.items():
-        if name not in _SANDBOX_OWNED_ENV:
-            env[name] = value
+        if name in _SANDBOX_OWNED_ENV:
+            continue
+        env[name] = value
+        if _SHELL_NAME.fullmatch(name):
+            held.append(name)
+            launch_env[HELD_ENV_PREFIX + name] = value  # a profile default (LANG) stays as it is for the shims
+        else:
+            launch_env[name] = value
 
     shims = [PRLIMIT, *prlimit_args(settings.limits, hard_caps, memory, nproc_base), "--"]
     if privileged:
@@ -427,7 +447,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         ordered.insert(0, Mount("dir", "/run/warden", perms=0o755, why="the Landlock shim's directory"))
         ordered.insert(0, Mount("dir", "/run", perms=0o755, why="parent of /run/warden"))
         shims += [SYSTEM_PYTHON, "-I", "-S", LANDLOCK_SHIM, json.dumps(landlock_rules(ordered)), "--"]
-    argv = (*shims, *READY_SHIM, *runtime.argv)
+    argv = (*shims, *ready_shim(held), *runtime.argv)
 
     manifest: dict[str, Any] = {
         "kind": "bwrap",
@@ -447,7 +467,8 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     if runtime.package is not None:
         manifest["package"] = dict(runtime.package)
     return SandboxPlan(privileged=privileged, uid=uid, gid=gid, mounts=tuple(ordered),
-                       env=tuple(sorted(env.items())), argv=argv, chdir=workdir, data=data, manifest=manifest)
+                       env=tuple(sorted(env.items())), argv=argv, chdir=workdir, data=data, manifest=manifest,
+                       launch_env=tuple(sorted(launch_env.items())))
 
 
 def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: int, status_fd: int,
@@ -492,7 +513,7 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
     # The root tmpfs and /dev are writable by the sandbox user otherwise: unbounded memory, and a place to hide.
     args += ["--remount-ro", "/dev", "--remount-ro", "/"]
     args += ["--clearenv"]
-    for name, value in plan.env:
+    for name, value in plan.launch_env or plan.env:
         args += ["--setenv", name, value]
     args += ["--chdir", plan.chdir, "--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd)]
     if block_fd is not None:

@@ -105,6 +105,28 @@ def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: str | None = None
 # (bwrap's setup, the seccomp filter, prlimit, setpriv) has succeeded. Record separators make it unmistakable.
 READY_MARKER = b"\x1ewarden-sandbox-ready\x1e"
 READY_SHIM = ("/bin/sh", "-c", "printf '\\036warden-sandbox-ready\\036' >&2 && exec \"$@\"", "warden-ready")
+#: Prefix under which the server's own variables travel through the shims before :data:`READY_SHIM` (see
+#: :func:`ready_shim`). ``WARDEN_`` names are never passed to a server, so none can collide.
+HELD_ENV_PREFIX = "WARDEN_HELD_"
+
+
+def ready_shim(held: Sequence[str] = ()) -> tuple[str, ...]:
+    """:data:`READY_SHIM`, restoring first each of ``held`` (shell names) from its :data:`HELD_ENV_PREFIX` copy.
+
+    The shims before it (prlimit; setpriv, which runs as root with CAP_SETUID when warden is root; the Landlock
+    shim) must not see the server's variables: ``LD_PRELOAD``, ``LD_AUDIT``, ``GCONV_PATH``, ``LOCPATH`` and the
+    like make the dynamic loader and libc run code or parse files of the server's choosing inside them, before
+    the uid drop, the rlimits and Landlock are in place. So the server's variables reach the sandbox under the
+    prefix and this last shim, which runs as the server's uid with every limit set, puts them back and removes
+    the copies right before it execs the server. Only names go into its script, never values.
+    """
+    if not held:
+        return READY_SHIM
+    restore = " ".join(f'{name}="${HELD_ENV_PREFIX}{name}"' for name in held)
+    copies = " ".join(HELD_ENV_PREFIX + name for name in held)
+    script = (f"export {restore} && unset {copies} && printf '\\036warden-sandbox-ready\\036' >&2 && "
+              'exec "$@"')
+    return ("/bin/sh", "-c", script, "warden-ready")
 _MAX_PREAMBLE = 64 * 1024
 
 
