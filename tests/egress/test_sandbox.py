@@ -130,3 +130,31 @@ async def test_node_fetch_goes_through_the_proxy(net: NetLab, state_dir: Path,
     warnings = [r.getMessage() for r in caplog.records if "ignores HTTPS_PROXY" in r.getMessage()]
     assert len(warnings) == 1
     assert warnings[0].startswith("/usr/bin/node (v20.")
+
+
+async def test_a_node_server_is_asked_its_version_in_a_sandbox_never_on_the_host(
+        state_dir: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A server whose command is a ``#!/usr/bin/env node`` script (a node_modules/.bin entry, a project's
+    ``./server.js``) and that has network.allow: warden used to run ``SCRIPT --version`` on the host to learn whether
+    its Node honours the proxy, i.e. the server's own code, outside the sandbox (as root when warden is root). The
+    version is now asked of the interpreter, inside a sandbox; the script never runs on the host."""
+    project = tmp_path / "proj"
+    project.mkdir()
+    marker = tmp_path / "ran-on-the-host"
+    server = project / "server.js"
+    server.write_text(f"#!/usr/bin/env node\nrequire('fs').writeFileSync({str(marker)!r}, process.argv.join(' '));\n")
+    server.chmod(0o755)
+    (project / "package.json").write_text('{"name": "hostile"}')
+    egress = SandboxEgress(EgressRules.parse(["web.test:443"]), resolver=static_resolver({}))
+    launcher = BwrapLauncher(SandboxSettings(), state_dir=state_dir, host_env={"PATH": "/usr/bin:/bin"},
+                             egress=egress)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(egress.serve, MemorySink())
+        child = await launcher.launch(LaunchSpec(argv=(str(server),), cwd=str(project)))
+        with trio.fail_after(60):
+            await child.wait()
+        nursery.cancel_scope.cancel()
+    assert not marker.exists(), marker.read_text()  # the sandbox cannot see tmp_path; the host never ran it
+    warnings = [r.getMessage() for r in caplog.records if "ignores HTTPS_PROXY" in r.getMessage()]
+    assert len(warnings) == 1
+    assert warnings[0].startswith("/usr/bin/node (v20.")  # the interpreter's own answer, from its sandbox

@@ -55,7 +55,8 @@ def test_B08_43_loader_variables_reach_the_server_and_no_shim(world: World, pare
         outcome = trio.run(lambda: run_in_process(settings, argv, state_dir=world.states["root"], env=env))
     else:
         outcome = run_as_user(settings, argv, state_dir=world.states["user"], env=env)
-    assert outcome.error is None and outcome.rc == 0, outcome
+    assert outcome.error is None, outcome
+    assert outcome.rc == 0, outcome
     seen = _loader_logs(workspace)
     assert "/usr/bin/prlimit" not in seen
     assert "/usr/bin/setpriv" not in seen

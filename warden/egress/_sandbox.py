@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 from typing import Any, final
 
 import trio
@@ -28,19 +27,16 @@ def node_routes_fetch(version: str) -> bool:
     return (major == 22 and minor >= 21) or (major == 24 and minor >= 5) or major >= 25
 
 
-def warn_if_node_ignores_proxy(node: str) -> None:
-    """Say so when the Node a server runs on will not use the proxy: its requests would fail with "fetch failed",
-    which names nothing. (A warning, not a refusal: no network is reachable either way, and servers that use
-    a proxy-aware HTTP library still work.)"""
-    try:
-        done = subprocess.run([node, "--version"], capture_output=True, text=True, timeout=10, env={}, check=False)
-        version = done.stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        version = ""
+def warn_if_node_ignores_proxy(node: str, version: str) -> None:
+    """Say so when the Node a server runs on (``node``, which answered ``node --version`` with ``version``; empty:
+    it did not) will not use the proxy: its requests would fail with "fetch failed", which names nothing. (A
+    warning, not a refusal: no network is reachable either way, and servers that use a proxy-aware HTTP library
+    still work.) The caller asks the version inside a sandbox: ``node`` is whatever the server's command or its
+    ``#!`` line names, which warden never runs on the host."""
     if not node_routes_fetch(version):
         log.warning("%s (%s) ignores HTTPS_PROXY in its built-in fetch: this server's requests cannot reach "
                     "its network.allow destinations; put Node 22.21+ or 24.5+ first on warden's PATH",
-                    node, version or "version unknown")
+                    node, version.strip() or "version unknown")
 
 
 def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:

@@ -391,7 +391,13 @@ class BwrapLauncher:
         """
         self._preflight()
         bwrap = self.bwrap()
-        _, rules = self._data()
+        profiles, rules = self._data()
+        if self._egress is not None and not self._node_checked:
+            self._node_checked = True  # once per launcher: the runtime does not change between restarts
+            runtime = detect_runtime(spec.argv, setting=self._settings.profile, profiles=profiles,
+                                     host_env=self._host_env, cwd=spec.cwd or os.getcwd(), state_dir=self._state_dir)
+            if runtime.profile == "node":
+                warn_if_node_ignores_proxy(runtime.interpreter, await self._node_version(runtime.interpreter))
         quota = await self._quota.admit()
         seals = self.seals_memfds
         program = compile_filter(rules, network=self._settings.network != "none", memfd_noexec=seals)
@@ -403,9 +409,6 @@ class BwrapLauncher:
             plan = self._plan(spec, user=user, boot_id=str(uuid.uuid4()),
                               nproc_base=owner_threads(user.uid) if user.mode == "write-dir-owner" else 0)
             self._manifest(spec, plan)
-            if self._egress is not None and plan.manifest.get("profile") == "node" and not self._node_checked:
-                self._node_checked = True  # once per launcher: the runtime does not change between restarts
-                warn_if_node_ignores_proxy(plan.manifest["argv"][0])
             if user.mode == "dedicated-uid":
                 check_writable_by_sandboxes(m.src for m in plan.mounts if m.op == "bind")
             if isinstance(cgroups, MemoryCgroups):
@@ -481,6 +484,29 @@ class BwrapLauncher:
         return BwrapChild(process, PrefixedReceiveStream(rest, process.stderr), sandbox_pid=sandbox_pid,
                           sandbox_pidfd=sandbox_pidfd, status_fd=status_r, slot=user, cgroup=cgroup,
                           quota=quota, egress=egress)
+
+    async def _node_version(self, node: str) -> str:
+        """What ``node --version`` prints, asked in a sandbox of its own (no network, no write dir): ``node`` is
+        the server's interpreter, or its command itself, so it never runs on the host. Empty when it cannot say."""
+        probe = BwrapLauncher(SandboxSettings(), state_dir=self._state_dir, host_env=self._host_env, bwrap=self._bwrap)
+        out = b""
+        try:
+            child = await probe.launch(LaunchSpec(argv=(node, "--version"), cwd="/"))
+        except (LaunchError, SandboxUnavailable) as exc:
+            log.info("could not ask %s for its version in a sandbox: %s", node, exc.message)
+            return ""
+        try:
+            await child.stdin.aclose()
+            with trio.move_on_after(START_TIMEOUT):
+                while len(out) < 256 and (chunk := await child.stdout.receive_some(256)):
+                    out += chunk
+        finally:
+            child.kill()
+            with trio.CancelScope(shield=True):
+                await child.wait()
+                await child.stdout.aclose()
+                await child.stderr.aclose()
+        return out.decode("ascii", "replace")
 
     async def _prepare(self, process: SpawnedProcess, sandbox_pid: int, *, cgroup: SandboxCgroup | None,
                        joined: bool, seal: bool) -> None:

@@ -63,6 +63,8 @@ class Runtime:
     derived_from: tuple[str, ...] = ()
     # The store entry an npx / uvx / pipx command runs from (its launch-manifest fields), if any.
     package: Mapping[str, str] | None = None
+    # The program the kernel ends up running: the #! interpreter (resolved on the host), else the command itself.
+    interpreter: str = ""
 
 
 def parse_shebang(head: bytes) -> tuple[str, str | None] | None:
@@ -352,4 +354,4 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
         final[script_index] = script
     return Runtime(profile=profile.name, argv=tuple(final), binds=tuple(binds.items),
                    path_dirs=tuple(path_dirs), env=dict(profile.env), derived_from=tuple(dict.fromkeys(evidence)),
-                   package=package)
+                   package=package, interpreter=interpreter or exe)
