@@ -277,3 +277,81 @@ def test_an_install_script_that_links_out_of_its_package_is_refused(
     with pytest.raises(IntakeError, match=r"the package tree links 'node_modules/.*' to .*, outside the package"):
         take_in(request, state_dir=state_dir, env=host_env, policy=SANDBOXED)
     assert store_entries(state_dir) == []
+
+
+def _git_repository(path: Path, files: dict[str, str], home: Path) -> str:
+    path.mkdir()
+    for name, text in files.items():
+        (path / name).write_text(text)
+        if name.endswith(".sh"):
+            (path / name).chmod(0o755)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1"}
+    for command in (["git", "init", "-q", "-b", "main"], ["git", "add", "."],
+                    ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "fixture"]):
+        subprocess.run(command, cwd=path, check=True, env=env, capture_output=True)
+    return f"git+file://{path}"
+
+
+def test_a_git_dependency_is_refused_and_nothing_of_its_repository_runs_on_the_host(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str]) -> None:
+    """Attack: a registry package depends on a git repository whose package.json has a ``prepare`` script and
+    whose ``.npmrc`` says ``git=./pwn.sh``. npm clones it and, to prepare it, runs ``npm install`` in the clone on
+    the host; that npm reads the clone's .npmrc and runs pwn.sh to fetch the clone's own git dependency:
+    code of the repository ran on the host, past --ignore-scripts (it did, as root, before warden refused git
+    dependencies). Now npm may neither fetch from git nor run git, and the intake names the dependency."""
+    marker = tmp_path / "ran-on-the-host"
+    inner = _git_repository(tmp_path / "inner", {"package.json": '{"name": "inner", "version": "1.0.0"}'}, tmp_path)
+    evil = _git_repository(tmp_path / "evil", {
+        "package.json": json.dumps({"name": "evil-dep", "version": "1.0.0", "scripts": {"prepare": "true"},
+                                    "dependencies": {"inner": inner}}),
+        ".npmrc": "git=./pwn.sh\n",
+        "pwn.sh": f"#!/bin/sh\nid > {marker}\nexec git \"$@\"\n"}, tmp_path)
+    name = npm_registry.unique("warden-fixture-gitdep")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False, dependencies={"evil-dep": evil})
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match=f"{name}@1.0.0 depends on a package from git, a tarball URL or a local "
+                                          "path, not the registry"):
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert not marker.exists()
+    assert store_entries(state_dir) == []
+
+
+def test_an_npm_without_allow_git_still_never_runs_git(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An npm older than 11.10 ignores allow-git: its ``git`` is still a program that does not exist, so a git
+    dependency fails to clone (and nothing of it can run) and the intake says why."""
+    from warden.intake import _npm
+
+    real = _npm.npm_env
+    monkeypatch.setattr(_npm, "npm_env", lambda env, store: {**real(env, store), "npm_config_allow_git": "all"})
+    marker = tmp_path / "ran-on-the-host"
+    evil = _git_repository(tmp_path / "evil", {
+        "package.json": json.dumps({"name": "evil-dep", "version": "1.0.0", "scripts": {"prepare": f"id > {marker}"}})},
+        tmp_path)
+    name = npm_registry.unique("warden-fixture-gitdep")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False, dependencies={"evil-dep": evil})
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    with pytest.raises(IntakeError, match="depends on a package from git, a tarball URL or a local path"):
+        take_in(request, state_dir=state_dir, env=host_env)
+    assert not marker.exists()
+    assert store_entries(state_dir) == []
+
+
+def test_npm_never_reads_the_npmrc_of_warden_s_working_directory(
+        npm_registry: NpmRegistry, tmp_path: Path, state_dir: Path, host_env: dict[str, str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host starts warden in the project it opened; a cloned project's .npmrc (another registry, another git)
+    must not steer the registry look-ups of an intake."""
+    name = npm_registry.unique("warden-fixture-server")
+    publish(npm_registry, tmp_path, name, "1.0.0", install_script=False)
+    project = tmp_path / "cloned"
+    project.mkdir()
+    (project / "package.json").write_text('{"name": "cloned"}')
+    (project / ".npmrc").write_text("registry=http://127.0.0.1:9/\n")
+    monkeypatch.chdir(project)
+    request = parse_runner(["npx", "-y", name])
+    assert request is not None
+    assert take_in(request, state_dir=state_dir, env=host_env).record.version == "1.0.0"

@@ -42,19 +42,53 @@ NPM = "npm"
 _EXACT = frozenset("0123456789.")
 
 
+#: What npm's ``git`` setting is during intake: a program that cannot exist, so npm can never run git.
+NO_GIT = "/nonexistent/warden-intake-takes-no-git-dependencies"
+
+
 def npm_env(env: Mapping[str, str], store: Store) -> dict[str, str]:
-    """The user's environment (registry, auth and proxy settings kept) with warden's own cache and no chatter."""
+    """The user's environment (registry, auth and proxy settings kept) with warden's own cache and no chatter.
+
+    Dependencies from anywhere but the registry are refused (``allow-git``, ``allow-remote``, ``allow-file``,
+    ``allow-directory`` = none, npm 11.10+), and npm's ``git`` is a program that does not exist, whatever npm's
+    version: a git dependency is cloned, and for one with a ``prepare`` script npm runs ``npm install`` inside the
+    clone, on the host, reading the clone's own ``.npmrc``; its ``git=./x`` then runs a file of the repository
+    (``--ignore-scripts`` does not cover it). Git and tarball-URL dependencies also bypass the registry's
+    integrity and the release-age gate. These are environment settings, which outrank every ``.npmrc``."""
     out = dict(env)
     out.update({"npm_config_cache": str(store.cache("npm")), "npm_config_update_notifier": "false",
                 "npm_config_fund": "false", "npm_config_audit": "false", "npm_config_yes": "false",
                 # Always ask the registry: an update must see what it serves now, not a cached packument.
-                "npm_config_prefer_online": "true"})
+                "npm_config_prefer_online": "true",
+                "npm_config_allow_git": "none", "npm_config_allow_remote": "none", "npm_config_allow_file": "none",
+                "npm_config_allow_directory": "none", "npm_config_git": NO_GIT})
     return out
 
 
-def _view(args: list[str], *, env: Mapping[str, str], name: str) -> Any:
+def _neutral_dir(store: Store) -> str:
+    """Where npm runs when there is no staging prefix yet: warden's own cache directory, never warden's working
+    directory (a host starts warden in the project it opened, and npm would read that project's ``.npmrc``:
+    another registry, another ``git``)."""
+    return str(store.cache("npm").parent)
+
+
+def _not_from_registry(packages: Mapping[str, Mapping[str, Any]]) -> str | None:
+    """The first lockfile package that npm did not fetch from a registry as a tarball with an integrity (a link, a
+    git or file dependency), as ``path (how)``; None when every one was."""
+    for path, entry in packages.items():
+        resolved = entry.get("resolved")
+        if entry.get("link"):
+            return f"{path} (a link to {resolved})"
+        if not isinstance(resolved, str) or not resolved.startswith(("https://", "http://")):
+            return f"{path} (from {resolved or 'nowhere'})"
+        if not entry.get("integrity"):
+            return f"{path} (from {resolved}, with no integrity)"
+    return None
+
+
+def _view(args: list[str], *, env: Mapping[str, str], name: str, cwd: str) -> Any:
     try:
-        out = run_client([NPM, "view", *args, "--json"], env=env, cwd=None, what=f"look up {name}")
+        out = run_client([NPM, "view", *args, "--json"], env=env, cwd=cwd, what=f"look up {name}")
     except ClientFailed as exc:
         if "E404" in exc.stderr:
             raise IntakeError(f"the npm registry has no package {name!r} (or you lack permission to see it)",
@@ -125,7 +159,7 @@ def _check_installed(request: PackageRequest, staging: Path, *, env: Mapping[str
     version = for_terminal(str(top["version"]))
     integrity = for_terminal(str(top.get("integrity") or ""))
     check_release_age(request.name, version, times.get(version), now=now, hours=age_hours, setting=age_setting)
-    published = _view([f"{request.name}@{version}", "dist.integrity"], env=env, name=request.name)
+    published = _view([f"{request.name}@{version}", "dist.integrity"], env=env, name=request.name, cwd=str(staging))
     if not integrity or integrity != published:
         raise IntakeError(f"{request.name}@{version}: the installed tarball's integrity {integrity or 'none'} "
                           f"is not the registry's {for_terminal(str(published))}",
@@ -135,6 +169,12 @@ def _check_installed(request: PackageRequest, staging: Path, *, env: Mapping[str
                           f"is now {integrity}, warden pinned {pinned.integrity} at intake",
                           hint="a version number must never change its content; keep the pinned entry and "
                                "report it to the package's maintainers and the registry")
+    foreign = _not_from_registry(packages)
+    if foreign is not None:
+        raise IntakeError(f"{request.name}@{version} depends on {for_terminal(foreign)}, which is not a registry "
+                          "package: warden takes in registry packages only (a git or tarball dependency bypasses "
+                          "the registry's integrity and the release-age gate)",
+                          hint="use a version whose dependencies all come from the registry")
     scripts = sorted({for_terminal(path.rsplit("node_modules/", 1)[-1]) for path, entry in packages.items()
                       if entry.get("hasInstallScript")})
     if scripts and not allow_scripts:
@@ -159,9 +199,10 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
         IntakeError: see the module docstring; nothing is left in the store.
     """
     npm = npm_env(env, store)
-    meta = _view([request.name, "time", "dist-tags"], env=npm, name=request.name)
+    neutral = _neutral_dir(store)
+    meta = _view([request.name, "time", "dist-tags"], env=npm, name=request.name, cwd=neutral)
     times: dict[str, str] = meta.get("time", {}) if isinstance(meta, dict) else {}
-    candidates = _view([request.requirement, "version"], env=npm, name=request.name)
+    candidates = _view([request.requirement, "version"], env=npm, name=request.name, cwd=neutral)
     candidate = str(candidates[-1] if isinstance(candidates, list) else candidates)
     exact = request.spec is not None and set(request.spec) <= _EXACT
     limit = cutoff(now, age_hours)
@@ -186,6 +227,12 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
         try:
             run_client([*args, target], env=npm, cwd=str(staging), what=f"fetch {target}")
         except ClientFailed as exc:
+            if NO_GIT in exc.stderr or "EALLOW" in exc.stderr:  # EALLOWGIT, EALLOWREMOTE, ... (npm 11.10+)
+                raise IntakeError(f"{target} depends on a package from git, a tarball URL or a local path, not the "
+                                  f"registry: {last_lines(exc.stderr, 2)}",
+                                  hint="warden takes in registry packages only (fetching a git dependency runs "
+                                       "code of its repository on the host); use a version whose dependencies all "
+                                       "come from the registry") from exc
             if "EINTEGRITY" in exc.stderr:
                 raise IntakeError(f"a tarball of {target} does not match the integrity the registry publishes for "
                                   f"it: {last_lines(exc.stderr, 2)}",
