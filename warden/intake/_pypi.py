@@ -111,6 +111,35 @@ def pip_settings(env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
     return options, tls
 
 
+def _venv_made(entry: Path) -> tuple[bytes | None, str | None]:
+    """What ``uv venv`` made that warden relies on later: ``pyvenv.cfg`` (its ``home`` is bound into the sandbox by
+    the python profile) and the ``bin/python`` link (run on the host by the byte-compile step). A wheel can install
+    files anywhere in the environment through its ``.data/data`` directory, these included."""
+    try:
+        cfg: bytes | None = (entry / "pyvenv.cfg").read_bytes()
+    except OSError:
+        cfg = None
+    try:
+        link: str | None = os.readlink(entry / "bin" / "python")
+    except OSError:
+        link = None
+    return cfg, link
+
+
+def _check_venv_kept(entry: Path, made: tuple[bytes | None, str | None], what: str) -> None:
+    """Refuse an install that replaced what :func:`_venv_made` recorded.
+
+    Raises:
+        IntakeError: naming the package and why it matters.
+    """
+    if _venv_made(entry) != made:
+        raise IntakeError(f"{what} (or a dependency) overwrote what `uv venv` made (pyvenv.cfg, bin/python): its "
+                          "`home` decides which interpreter directory warden shows the sandbox, and bin/python runs "
+                          "on the host to byte-compile", hint="a wheel's .data directory must not replace the "
+                                                              "environment's own files; report the package; nothing "
+                                                              "was installed")
+
+
 def _uv_env(env: Mapping[str, str]) -> dict[str, str]:
     out = dict(env)
     out.update({"UV_PYTHON_DOWNLOADS": "never", "UV_NO_PROGRESS": "1"})
@@ -221,8 +250,9 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
         entry_id, entry = store.new_entry("pypi", normalize_pypi_name(request.name), version)
         try:
             cache = ["--cache-dir", str(store.cache("uv"))]
-            run_client([uv_binary(), "venv", str(entry), "--python", python, "-q", *cache], env=uv_env, cwd=None,
-                       what=f"create the environment of {request.name}")
+            run_client([uv_binary(), "venv", str(entry), "--python", python, "-q", *cache], env=uv_env,
+                       cwd=str(scratch), what=f"create the environment of {request.name}")
+            made = _venv_made(entry)
             try:
                 run_client([uv_binary(), "pip", "install", "--python", str(entry / "bin" / "python"), "-r",
                             str(lock_file), "--only-binary", ":all:", "-q", *cache, *index],
@@ -234,6 +264,7 @@ def fetch(request: PackageRequest, *, store: Store, env: Mapping[str, str], now:
                                       hint="the index or a proxy serves altered bytes; nothing was installed. "
                                            "Report it to the index's operator") from exc
                 raise _explain(exc, request) from exc
+            _check_venv_kept(entry, made, f"{request.name} {version}")
             shutil.copyfile(lock_file, entry / "pylock.toml")
             run_client([str(entry / "bin" / "python"), "-I", "-S", "-m", "compileall", "-q", "-j0",
                         str(entry / "lib")], env={"PATH": "/usr/bin:/bin"}, cwd=None,
