@@ -62,6 +62,18 @@ _SYSTEM: Final = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "
                   "/nix", "/snap")
 _WRITERS: Final = frozenset({"filesystem", "git", "memory"})
 _ENGINES: Final = frozenset({"docker", "podman", "nerdctl"})
+# Variables that steer warden's own process, or what it runs on the host (the dynamic loader, Python, npm and node,
+# uv and pip, git, /bin/sh, the container engine, the browser it opens for OAuth, its TLS and proxies). A value the
+# host expands stays in the rewritten host entry, where the host sets it for warden itself; in a project's
+# .mcp.json, "${PWD}/x.so" or "${UNSET:-.}" then points one of these at the repository's own files.
+_WARDEN_PROCESS_ENV: Final = frozenset({
+    "PATH", "HOME", "SHELL", "ENV", "BASH_ENV", "CDPATH", "IFS", "TMPDIR", "TMP", "TEMP", "BROWSER",
+    "GCONV_PATH", "GETCONF_DIR", "HOSTALIASES", "LOCALDOMAIN", "LOCPATH", "NLSPATH", "NIS_PATH", "RES_OPTIONS",
+    "RESOLV_HOST_CONF", "TZDIR", "SSL_CERT_FILE", "SSL_CERT_DIR", "SSL_CLIENT_CERT", "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "CONTAINER_HOST", "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF", "DOCKER_HOST", "DOCKER_CONFIG", "DBUS_SESSION_BUS_ADDRESS"})
+_WARDEN_PROCESS_PREFIXES: Final = ("LD_", "PYTHON", "MALLOC_", "GLIBC_", "NPM_CONFIG_", "NODE_", "UV_", "PIP_", "GIT_",
+                                   "XDG_", "WARDEN_")
 
 
 @final
@@ -396,6 +408,11 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
     dirs = _merge_dirs(found)
     for var, value in values.items():
         if host_reference(entry.host, value):
+            if var.upper() in _WARDEN_PROCESS_ENV or var.upper().startswith(_WARDEN_PROCESS_PREFIXES):
+                mine.append(f"env {var} = {value!r} would stay in the host entry, where {f.host_name} sets it for "
+                            f"warden's own process (which {var} steers), not only for the server: write the value "
+                            "itself (it then goes to the server only), or remove it")
+                continue
             host_env[var] = value
             env[var] = "${env:" + var + "}"
         elif _path_of(value, home) is not None and not looks_secret(var) and os.path.exists(
