@@ -224,7 +224,8 @@ def test_an_entry_already_wrapped_by_hand_is_seen_through(tmp_path: Path) -> Non
     project.mkdir()
     entries = {
         "fs": {"command": "/usr/local/bin/warden", "args": [
-            "--config", "/c.toml", "run", "--name", "files", "--write", str(project), "--request-timeout", "30",
+            "--config", str(tmp_path / "warden.toml"), "--state-dir", "/s", "run", "--name", "files", "--write",
+            str(project), "--request-timeout", "30",
             "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", str(project)]},
         "done": {"command": "warden", "args": ["run", "--name", "done"]},
         "remote": {"command": "warden", "args": ["run", "--", "https://mcp.example.com/mcp"]},
@@ -237,5 +238,17 @@ def test_an_entry_already_wrapped_by_hand_is_seen_through(tmp_path: Path) -> Non
     assert remote.argv == ("https://mcp.example.com/mcp",)
     notes = "\n".join(plan.notes)  # type: ignore[attr-defined]
     assert "mcpServers.done: already starts `warden run` with no command of its own" in notes
-    assert "not carried over: --request-timeout 30" in notes
+    assert "not carried over: --state-dir /s --request-timeout 30" in notes
     assert plan.describe()[0].startswith("note: ")  # type: ignore[attr-defined]
+
+
+def test_an_entry_that_runs_warden_with_another_config_is_refused(tmp_path: Path) -> None:
+    """``warden --config /team/warden.toml run --name db -- CMD``: the server's policy (tool rules, sandbox,
+    network) lives in /team/warden.toml. Importing it into the user's config used to drop that policy without a
+    word (only the options after ``run`` were listed): the entry came back with no deny rules at all."""
+    entries = {"db": {"command": "/usr/local/bin/warden", "args": [
+        "--config", "/team/warden.toml", "run", "--name", "db", "--", "uvx", "mcp-server-time"]}}
+    with pytest.raises(ConfigError) as info:
+        _plan(tmp_path, entries)
+    assert "starts warden with its own config /team/warden.toml, whose policy for this server (its tool rules, " \
+           "sandbox and network) an import into" in "\n".join(info.value.details)

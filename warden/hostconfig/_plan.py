@@ -337,6 +337,8 @@ class _Wrapped:
     name: str | None
     dirs: tuple[ProposedDir, ...]
     dropped: tuple[str, ...]
+    config: str | None = None
+    """The ``--config`` it gave warden (before ``run``), if any: that file's policy for the server."""
 
 
 _RUN_VALUE_OPTIONS: Final = frozenset({"--name", "--read", "--write", "--header", "--request-timeout",
@@ -351,10 +353,25 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
     does not start warden). Options other than the name and the directories are listed as not carried over."""
     if entry.command is None or PurePath(entry.command).name != "warden" or "run" not in entry.args:
         return None
+    config: str | None = None
+    dropped: list[str] = []
+    before = list(entry.args[:entry.args.index("run")])
+    j = 0
+    while j < len(before):  # warden's own options: --config and --state-dir take a value
+        option, equals, inline = before[j].partition("=")
+        if option in ("--config", "--state-dir"):
+            value = inline if equals else (before[j + 1] if j + 1 < len(before) else "")
+            j += 1 if equals else 2
+            if option == "--config":
+                config = _path_of(value, home) or value
+            else:
+                dropped.append(f"{option} {value}")
+        else:
+            dropped.append(before[j])
+            j += 1
     args = list(entry.args[entry.args.index("run") + 1:])
     name: str | None = None
     dirs: list[ProposedDir] = []
-    dropped: list[str] = []
     i = 0
     while i < len(args) and args[i] != "--":
         option, _, inline = args[i].partition("=")
@@ -372,14 +389,14 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
             dropped.append(args[i])
             i += 1
     if i >= len(args) or i + 1 >= len(args):
-        return _Wrapped(None, name, tuple(dirs), tuple(dropped))
+        return _Wrapped(None, name, tuple(dirs), tuple(dropped), config)
     real = args[i + 1:]
     inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=real[0],
                       args=tuple(real[1:]), env=entry.env, url=None, headers={})
     if len(real) == 1 and real[0].startswith(("http://", "https://")):
         inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=None, args=(),
                           env={}, url=real[0], headers={})
-    return _Wrapped(inner, name, tuple(dirs), tuple(dropped))
+    return _Wrapped(inner, name, tuple(dirs), tuple(dropped), config)
 
 
 def _header_var(header: str) -> str:
@@ -550,6 +567,13 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
                                "has it); left as it is")
                 continue
             granted: tuple[ProposedDir, ...] = ()
+            if wrapped is not None and wrapped.config is not None and \
+                    os.path.realpath(wrapped.config) != os.path.realpath(config_path):
+                problems.append(f"{where}: starts warden with its own config {wrapped.config}, whose policy for "
+                                f"this server (its tool rules, sandbox and network) an import into {config_path} "
+                                "would drop: copy that server's table into it by hand, or leave the entry out with "
+                                "--only")
+                continue
             if wrapped is not None and wrapped.entry is not None:
                 entry = wrapped.entry
                 granted = wrapped.dirs
