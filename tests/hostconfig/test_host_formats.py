@@ -252,3 +252,24 @@ def test_an_entry_that_runs_warden_with_another_config_is_refused(tmp_path: Path
         _plan(tmp_path, entries)
     assert "starts warden with its own config /team/warden.toml, whose policy for this server (its tool rules, " \
            "sandbox and network) an import into" in "\n".join(info.value.details)
+
+
+@pytest.mark.parametrize("named", ["~/.ssh/authorized_keys2", "~/.local/bin/ls", "~/.config/autostart/x.desktop",
+                                   "~/.aws"])
+def test_a_hidden_directory_of_home_is_never_proposed(tmp_path: Path, named: str) -> None:
+    """Attack (a cloned repository's .mcp.json): an argument naming a file that does not exist yet proposed its
+    directory read-write, so ``~/.ssh/authorized_keys2`` or ``~/.local/bin/ls`` gave the server ~/.ssh or a
+    directory on the user's PATH. Hidden directories of home are refused, with the way to grant one by hand."""
+    for directory in (".ssh", ".local/bin", ".config/autostart", ".aws"):
+        (tmp_path / directory).mkdir(parents=True)
+    with pytest.raises(ConfigError) as info:
+        _plan(tmp_path, {"docs": {"command": "npx", "args": ["-y", "x", named]}})
+    top = named.split("/")[1]
+    assert f"is inside {tmp_path / top}, where credentials, start-up files and other programs' settings live" in \
+        "\n".join(info.value.details)
+
+
+def test_the_host_s_socket_directories_are_never_proposed(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as info:
+        _plan(tmp_path, {"docs": {"command": "npx", "args": ["-y", "x", "/run/warden-test-no-such-socket"]}})
+    assert "holds the host's own sockets" in "\n".join(info.value.details)

@@ -61,6 +61,7 @@ _SCRIPT: Final = (".js", ".mjs", ".cjs", ".ts", ".py", ".pyz", ".jar")
 _SYSTEM: Final = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/proc", "/sys", "/dev", "/opt",
                   "/nix", "/snap")
 _WRITERS: Final = frozenset({"filesystem", "git", "memory"})
+_HOST_SOCKETS: Final = ("/run", "/var/run")
 _ENGINES: Final = frozenset({"docker", "podman", "nerdctl"})
 # Variables that steer warden's own process, or what it runs on the host (the dynamic loader, Python, npm and node,
 # uv and pip, git, /bin/sh, the container engine, the browser it opens for OAuth, its TLS and proxies). A value the
@@ -305,6 +306,16 @@ def _too_wide(dirs: Sequence[ProposedDir], home: str) -> list[str]:
         elif d.path in ("/", home) or within_dir(home, d.path):
             what = "the whole file system" if d.path == "/" else "your whole home directory"
             out.append(f"{d.path} ({d.why}) would give the server {what}: name a project directory instead")
+        elif within_dir(d.path, home) and PurePath(d.path).relative_to(home).parts[0].startswith("."):
+            # ~/.ssh, ~/.aws, ~/.config/autostart, ~/.local/bin (on PATH), ~/.local/share/systemd/user: keys, and
+            # files the host runs later. A project's .mcp.json naming "~/.ssh/x" proposed ~/.ssh, read-write.
+            top = os.path.join(home, PurePath(d.path).relative_to(home).parts[0])
+            out.append(f"{d.path} ({d.why}) is inside {top}, where credentials, start-up files and other programs' "
+                       "settings live: warden does not propose it; if the server really needs it, grant it by hand "
+                       "in warden's config")
+        elif any(within_dir(d.path, root) for root in _HOST_SOCKETS):
+            out.append(f"{d.path} ({d.why}) holds the host's own sockets (D-Bus, agents, container engines): "
+                       "a server must not be given it")
     return out
 
 
