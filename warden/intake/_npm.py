@@ -74,15 +74,16 @@ def _neutral_dir(store: Store) -> str:
 
 def _not_from_registry(packages: Mapping[str, Mapping[str, Any]]) -> str | None:
     """The first lockfile package that npm did not fetch from a registry as a tarball with an integrity (a link, a
-    git or file dependency), as ``path (how)``; None when every one was."""
+    git or file dependency), as ``path (how)``; None when every one was. A registry package may have no
+    ``resolved`` (``omit-lockfile-registry-resolved``); one bundled in its parent's tarball has neither."""
     for path, entry in packages.items():
         resolved = entry.get("resolved")
         if entry.get("link"):
             return f"{path} (a link to {resolved})"
-        if not isinstance(resolved, str) or not resolved.startswith(("https://", "http://")):
-            return f"{path} (from {resolved or 'nowhere'})"
-        if not entry.get("integrity"):
-            return f"{path} (from {resolved}, with no integrity)"
+        if resolved is not None and not (isinstance(resolved, str) and resolved.startswith(("https://", "http://"))):
+            return f"{path} (from {resolved})"
+        if not entry.get("integrity") and not entry.get("inBundle"):
+            return f"{path} (from {resolved or 'the registry'}, with no integrity)"
     return None
 
 
