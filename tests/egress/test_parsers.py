@@ -140,6 +140,24 @@ def test_resolved_address_rules() -> None:
     assert rules.check_address("web.test", ipaddress.ip_address("8.8.8.8"), 80).allowed
 
 
+
+@pytest.mark.parametrize(("address", "kind"), [
+    ("64:ff9b::a9fe:a9fe", "link-local"), ("64:ff9b::7f00:1", "loopback"), ("64:ff9b::a00:1", "private"),
+    ("::ffff:0:a9fe:a9fe", "link-local"), ("2002:7f00:1::1", "loopback"), ("2002:a9fe:a9fe::", "link-local"),
+    ("64:ff9b:1::a9fe:a9fe", "non-public"), ("::a9fe:a9fe", "non-public"), ("fec0::1", "non-public")])
+def test_an_ipv6_address_that_stands_for_a_non_public_ipv4_one_is_refused(address: str, kind: str) -> None:
+    """DNS trick: an allowed name (a wildcard over a platform's user subdomains, say) answers AAAA with
+    64:ff9b::a9fe:a9fe. Python's ``is_global`` calls it global, and behind a NAT64 translator (IPv6-only hosts)
+    the connection reaches 169.254.169.254, the cloud metadata service. Such an address is judged by the IPv4
+    address it stands for (NAT64, IPv4-translated, 6to4); local-use NAT64, IPv4-compatible and site-local
+    addresses are never public."""
+    rules = EgressRules.parse(["web.test:80"])
+    verdict = rules.check_address("web.test", ipaddress.ip_address(address), 80)
+    assert not verdict.allowed
+    assert kind in verdict.reason
+    assert rules.check_address("web.test", ipaddress.ip_address("64:ff9b::808:808"), 80).allowed  # 8.8.8.8
+
+
 def test_name_checks_name_the_policy_line_that_would_allow_it() -> None:
     rules = EgressRules.parse(["web.test:80"])
     wrong_port = rules.check_name("web.test", 8080)

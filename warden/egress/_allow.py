@@ -89,8 +89,37 @@ def parse_port(text: str) -> int:
     return int(text)
 
 
+#: IPv6 ranges that carry an IPv4 address in their last 32 bits, which a translator on the path (NAT64, SIIT)
+#: turns into that IPv4 destination: the NAT64 well-known prefix (RFC 6052) and IPv4-translated addresses (RFC 2765).
+_CARRIES_IPV4 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("::ffff:0:0:0/96"))
+#: IPv6 ranges Python's ``is_global`` counts as global that no name of the public internet resolves to: local-use
+#: NAT64 (RFC 8215, translated to any IPv4 the operator chose), IPv4-compatible addresses (deprecated; ::/96) and
+#: site-local addresses (deprecated; fec0::/10, still routed inside some networks).
+_NOT_PUBLIC_V6 = (ipaddress.IPv6Network("64:ff9b:1::/48"), ipaddress.IPv6Network("::/96"),
+                  ipaddress.IPv6Network("fec0::/10"))
+
+
+def embedded_ipv4(address: IPAddress) -> ipaddress.IPv4Address | None:
+    """The IPv4 destination an IPv6 address stands for on the way (NAT64 well-known prefix, IPv4-translated,
+    6to4), if it is one of those."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return None
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in _CARRIES_IPV4):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def is_public(address: IPAddress) -> bool:
-    """A globally routable unicast address: what a name may resolve to without an explicit entry."""
+    """A globally routable unicast address: what a name may resolve to without an explicit entry. An IPv6 address
+    that stands for an IPv4 one (NAT64 ``64:ff9b::a9fe:a9fe`` is 169.254.169.254 behind a translator; 6to4) is
+    judged by that IPv4 address."""
+    inner = embedded_ipv4(address)
+    if inner is not None:
+        return is_public(inner)
+    if isinstance(address, ipaddress.IPv6Address) and any(address in network for network in _NOT_PUBLIC_V6):
+        return False
     return address.is_global and not address.is_multicast and not address.is_unspecified
 
 
@@ -280,6 +309,9 @@ def describe_network(network: Any) -> str:
 
 def address_kind(address: IPAddress) -> str:
     """A word for why ``address`` is not public, for refusals."""
+    inner = embedded_ipv4(address)
+    if inner is not None:
+        return f"{address_kind(inner)} (as {inner}, which this IPv6 address stands for)"
     if address.is_loopback:
         return "loopback"
     if address.is_link_local:
