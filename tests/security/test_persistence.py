@@ -64,9 +64,27 @@ async def test_rewritten_pyvenv_cfg_cannot_expose_another_directory(project: Pat
     assert attack.rc == 0, attack
     assert "secret-prefix" in (project / ".venv" / "pyvenv.cfg").read_text()
     launcher = make_launcher(settings, state_dir=state_dir)
-    with pytest.raises(LaunchError, match=f"the runtime path {host_dir / 'secret-prefix'} was found through "
-                                          f"{project / '.venv' / 'pyvenv.cfg'}, .*which the server can rewrite"):
+    with pytest.raises(LaunchError, match=f"{project / '.venv' / 'pyvenv.cfg'} says home = "
+                                          f"{host_dir / 'secret-prefix' / 'bin'}, and {host_dir / 'secret-prefix'} "
+                                          "is no Python installation"):
         await launcher.launch(LaunchSpec(argv=(python, "-c", "pass")))
+
+
+async def test_a_pyvenv_cfg_the_server_cannot_write_still_names_only_a_python_installation(
+        project: Path, host_dir: Path, state_dir: Path) -> None:
+    """The same pyvenv.cfg, in a project the server may only read (a cloned repository's .venv, started as
+    ``.venv/bin/python server.py``): the taint rule does not apply, and warden bound whatever directory ``home``
+    named (/var, or ~/.local through home = /proc/self/cwd/../.local/bin) into the sandbox. ``home`` must now lead
+    to a Python installation."""
+    cfg = project / ".venv" / "pyvenv.cfg"
+    cfg.write_text(f"home = {host_dir / 'secret-prefix' / 'bin'}\ninclude-system-site-packages = false\n")
+    python = str(project / ".venv" / "bin" / "python")
+    launcher = make_launcher(SandboxSettings(read_dirs=(str(project),)), state_dir=state_dir)
+    with pytest.raises(LaunchError, match=f"{host_dir / 'secret-prefix'} is no Python installation"):
+        await launcher.launch(LaunchSpec(argv=(python, "-c", "pass")))
+    cfg.write_text("home = /var/bin\ninclude-system-site-packages = false\n")
+    with pytest.raises(LaunchError, match="/var is no Python installation"):
+        launcher.manifest(LaunchSpec(argv=(python, "-c", "pass")))
 
 
 async def test_symlink_planted_at_a_policy_path_is_refused(project: Path, host_dir: Path, state_dir: Path) -> None:

@@ -212,6 +212,12 @@ def _prefix_of(real_interpreter: str) -> str | None:
     return str(prefix) if (prefix / "lib").is_dir() and str(prefix) != "/" else None
 
 
+def _python_prefix(prefix: str) -> bool:
+    """Whether ``prefix`` holds a Python standard library (the landmark Python itself looks for): a pyvenv.cfg's
+    ``home`` is text anyone who can write the virtualenv controls, and its prefix is bound read-only."""
+    return any(next(Path(prefix, lib).glob("python3*/os.py"), None) is not None for lib in ("lib", "lib64"))
+
+
 def _pick_profile(setting: str, profiles: Profiles, names: Sequence[str], exe: str) -> RuntimeProfile:
     if setting != "auto":
         return profiles.runtimes[setting]
@@ -324,7 +330,14 @@ def detect_runtime(argv: Sequence[str], *, setting: str, profiles: Profiles, hos
                 home = parse_pyvenv_home(cfg.decode("utf-8", "replace")) if cfg else None
                 if home and venv:
                     evidence.append(str(Path(venv) / "pyvenv.cfg"))
-                    binds.add(finder, _prefix_of(os.path.join(os.path.realpath(home), "python")))
+                    prefix = _prefix_of(os.path.join(os.path.realpath(home), "python"))
+                    if prefix is not None and not binds.covered(prefix) and not _python_prefix(prefix):
+                        raise LaunchError(
+                            f"{Path(venv) / 'pyvenv.cfg'} says home = {home}, and {prefix} is no Python "
+                            "installation (no lib/python3.*/os.py): warden binds a virtualenv's base "
+                            "installation into its sandbox, and will not bind that directory",
+                            hint=f"recreate the virtualenv: python3 -m venv {venv}")
+                    binds.add(finder, prefix)
         elif finder == "package_json":
             if script and _outermost_named(script, "node_modules") is None:
                 directory = Path(script).parent
