@@ -276,6 +276,31 @@ def test_server_name_of_a_real_client_hello() -> None:
         server_name(client_hello(None))
 
 
+def with_extension(hello: bytes, kind: int, data: bytes) -> bytes:
+    """``hello`` (one TLS record) with one more extension at the end of its list, every length fixed up."""
+    body = bytearray(hello[9:])
+    at = 2 + 32
+    at += 1 + body[at]  # session id
+    at += 2 + int.from_bytes(body[at:at + 2], "big")  # cipher suites
+    at += 1 + body[at]  # compression methods
+    extension = kind.to_bytes(2, "big") + len(data).to_bytes(2, "big") + data
+    body[at:at + 2] = (int.from_bytes(body[at:at + 2], "big") + len(extension)).to_bytes(2, "big")
+    body += extension
+    handshake = b"\x01" + len(body).to_bytes(3, "big") + bytes(body)
+    return hello[:3] + len(handshake).to_bytes(2, "big") + handshake
+
+
+@pytest.mark.parametrize("kind", [0xFE0D, 0xFFCE])
+def test_an_encrypted_client_hello_is_refused(kind: int) -> None:
+    """Domain fronting through ECH: the SNI in clear names an allowed host on a CDN, the encrypted inner
+    ClientHello names another site on the same CDN, which routes on the inner one. warden cannot read it, so it
+    refuses the tunnel (no mainstream HTTP library of a server sends ECH unless configured to)."""
+    hello = client_hello("api.github.com")
+    assert server_name(with_extension(hello, 0x7777, b"\x00")) == "api.github.com"  # an unknown one is fine
+    with pytest.raises(ClientHelloError, match=r"encrypted ClientHello \(ECH\)"):
+        server_name(with_extension(hello, kind, b"\x00" * 40))
+
+
 @given(st.binary(max_size=600))
 @settings(max_examples=1000, deadline=None)
 def test_any_bytes_are_a_name_or_a_client_hello_error(data: bytes) -> None:

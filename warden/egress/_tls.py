@@ -11,6 +11,9 @@ from __future__ import annotations
 from warden.egress._allow import EntryError, normalize_name
 
 MAX_RECORD = 5 + 16384
+#: Extensions that carry the real server name encrypted (ECH, and the draft ESNI before it): the SNI in clear is
+#: then only the CDN's front name, and the CDN routes on the hidden one - domain fronting the SNI check cannot see.
+_HIDDEN_NAME = frozenset({0xFE0D, 0xFFCE})
 
 
 class ClientHelloError(ValueError):
@@ -85,6 +88,9 @@ def server_name(record: bytes) -> str:
         if kind in seen:
             raise ClientHelloError("a repeated ClientHello extension")
         seen.add(kind)
+        if kind in _HIDDEN_NAME:
+            raise ClientHelloError("the ClientHello carries an encrypted ClientHello (ECH): the server name it "
+                                   "really asks for is hidden, so warden cannot hold it to the allowed name")
         if kind != 0:
             continue
         entries = _Reader(data)
