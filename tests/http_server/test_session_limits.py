@@ -94,3 +94,28 @@ async def test_a_legacy_session_holds_a_bounded_number_of_requests_in_flight(tmp
         assert await mallory.leave_running(session, 4) == 429
         other = (await host.initialize()).headers["mcp-session-id"]
         assert (await host.leave_running(other, 1)) == 200
+
+
+async def test_a_body_announced_and_never_sent_gets_408_and_the_connection_closes(tmp_path: Path,
+                                                                                  nursery: trio.Nursery) -> None:
+    """An authenticated client that sends a request's headers and part of its body, then nothing, holds the
+    connection (and a task of the face) for ``body_timeout`` only: it gets 408 and ``Connection: close``, and the
+    face goes on serving (before: nothing bounded the wait, and hypercorn's own read timeout cannot, since it would
+    also end the streams a legacy client reads without sending)."""
+    face, alice, _ = await serving(tmp_path, nursery, body_timeout=0.5)
+    port = int(face.url.split(":")[2].split("/")[0])
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    await stream.send_all(f"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\nauthorization: Bearer {alice}\r\n"
+                          f"content-type: application/json\r\naccept: {ACCEPT}\r\ncontent-length: 100\r\n\r\n"
+                          '{"jsonrpc":'.encode())
+    answer = b""
+    with trio.fail_after(5):
+        while chunk := await stream.receive_some(65536):  # until the face closes the connection
+            answer += chunk
+    head = answer.split(b"\r\n\r\n")[0].lower()
+    assert head.startswith(b"http/1.1 408")
+    assert b"connection: close" in head
+    assert b"did not arrive within 0.5 s" in answer
+    await stream.aclose()
+    async with httpx.AsyncClient(timeout=10) as http:
+        assert (await Host(http, face.url, alice).initialize()).status_code == 200

@@ -134,6 +134,10 @@ class HttpOptions:
     allow_hosts: tuple[str, ...] = ()
     allow_origins: tuple[str, ...] = ()
     max_body_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    body_timeout: float = 30.0
+    """Seconds a request's body has to arrive in full once its headers have: a client that announces a body and
+    never sends it holds a connection and a task no longer (hypercorn's own read timeout cannot do this: it would
+    also end the streams a legacy client reads without sending anything)."""
     """Largest POST body accepted (413 beyond it)."""
     keepalive_interval: float = 15.0
     """A quiet SSE stream gets a ``:`` comment this often; a JSON answer pending this long switches to SSE."""
@@ -180,6 +184,10 @@ class HttpOptions:
     @property
     def host_literal(self) -> str:
         return f"[{self.host}]" if ":" in self.host else self.host
+
+
+class _SlowBody(Exception):
+    """A request's body did not arrive within ``HttpOptions.body_timeout``."""
 
 
 class _Disconnected(Exception):
@@ -539,11 +547,21 @@ class HttpFace:
         await send({"type": "http.response.body", "body": b""})
 
     async def _read_body(self, request: _Request, receive: _Receive) -> bytes | None:
-        """The whole body, or None when it is larger than the cap (stops reading at the cap)."""
+        """The whole body, or None when it is larger than the cap (stops reading at the cap).
+
+        Raises:
+            _SlowBody: it did not arrive within ``body_timeout``.
+        """
         limit = self._options.max_body_size
         declared = request.single(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return None
+        with trio.move_on_after(self._options.body_timeout):
+            return await self._receive_body(request, receive, limit)
+        raise _SlowBody
+
+    @staticmethod
+    async def _receive_body(request: _Request, receive: _Receive, limit: int) -> bytes | None:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -573,7 +591,13 @@ class HttpFace:
             await self._refuse(send, 406, INVALID_REQUEST,
                                "Not Acceptable: Accept must list application/json and text/event-stream")
             return
-        body = await self._read_body(request, receive)
+        try:
+            body = await self._read_body(request, receive)
+        except _SlowBody:
+            log.info("an HTTP host announced a body and did not send it within %s s", self._options.body_timeout)
+            await self._refuse(send, 408, INVALID_REQUEST, f"Request Timeout: the body did not arrive within "
+                                                           f"{self._options.body_timeout:g} s")
+            return
         if body is None:
             await self._refuse(send, 413, INVALID_REQUEST,
                                f"Payload Too Large: the limit is {self._options.max_body_size} bytes")
