@@ -59,3 +59,43 @@ async def test_a_list_change_is_read_again_before_hosts_hear_of_it_and_before_a_
         refused = await host.response(3)
         assert "changed since it was approved" in refused["error"]["message"]
         assert len([m for m in server.seen if m.get("method") == "tools/call"]) == 1  # never forwarded
+
+
+async def early_list_changed(server: ScriptedServer) -> None:
+    """A legacy server that announces its tools changed right after its own ``initialize`` answer (the reference
+    server-everything does), and again when ``change`` is called."""
+    while (message := await server.receive()) is not None:
+        if message.get("method") == "initialize":
+            await legacy_handshake(server, message, capabilities={"tools": {"listChanged": True}})
+            await server.send({"method": "notifications/tools/list_changed"})
+        elif message.get("id") is None or await legacy_handshake(server, message):
+            continue
+        elif message.get("method") == "tools/list":
+            await server.answer(message, {"tools": TOOLS})
+        elif message.get("method") == "tools/call":
+            await server.send({"method": "notifications/tools/list_changed"})
+            await server.answer(message, {"content": []})
+
+
+async def test_a_host_hears_of_changed_lists_only_once_it_initialized(tmp_path: Path) -> None:
+    """A server's ``list_changed`` while a host's ``initialize`` is answered reaches no host (before: it went out
+    ahead of the host's initialize answer, about lists the host had never seen: the first thing warden wrote);
+    once the host initialized and listed, a change reaches it."""
+    async with gateway_in_process(tmp_path, early_list_changed) as (host, _connector):
+        await host.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                             "clientInfo": {"name": "scripted-host", "version": "1"}})
+        first = await host.receive()
+        assert first is not None
+        assert first.get("id") == 0
+        assert "result" in first
+        await host.notify("notifications/initialized")
+        await host.request(1, "tools/list", {})
+        await host.response(1)
+        await host.request(2, "tools/call", {"name": "echo", "arguments": {}})
+        await host.response(2)
+        with trio.fail_after(5):
+            while (message := await host.receive()) is not None:
+                if message.get("method") == "notifications/tools/list_changed":
+                    break
+    told = [m for m in host.seen if m.get("method") == "notifications/tools/list_changed"]
+    assert len(told) == 1

@@ -72,6 +72,8 @@ class Listeners:
                 continue
             if principals is not None and link.principal not in principals:
                 continue
+            if method in _LISTEN_NOTIFICATIONS and not link.legacy.initialized:
+                continue  # it lists once initialized; told now, it would hear of lists it never saw, before its answer
             with contextlib.suppress(trio.ClosedResourceError):
                 await link.unsolicited.send(message)
         await self._to_listeners(method, params, principals)
