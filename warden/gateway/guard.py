@@ -258,11 +258,19 @@ class Guard:
         self._report(observation.detections)
         return list(observation.detections)
 
-    def visible(self, method: str, items: Sequence[Any], principal: str | None = None) -> list[Any]:
+    def observed(self, method: str) -> Mapping[str, str]:
+        """The digests of the list of ``method`` observed last, by key: a snapshot (a later observation replaces
+        the mapping, it never changes this one)."""
+        return self._digests.get(LIST_KINDS[method][0], {})
+
+    def visible(self, method: str, items: Sequence[Any], principal: str | None = None, *,
+                digests: Mapping[str, str] | None = None) -> list[Any]:
         """The entries of an observed list ``principal``'s host may see: approved (for it), unchanged and allowed
-        by policy."""
+        by policy. ``digests``: those of ``items`` themselves (:meth:`observed` right after observing them), so an
+        entry is judged by its own definition even when another read of the list (a ``list_changed`` re-read, a
+        second host's list) was observed meanwhile; default: the list observed last."""
         kind, key_field = LIST_KINDS[method]
-        digests = self._digests.get(kind, {})
+        digests = self._digests.get(kind, {}) if digests is None else digests
         self._fresh()  # approvals from another terminal count at once
         server_pin, instructions_pin = self.server_state(principal), self.instructions_state(principal)
         out = []

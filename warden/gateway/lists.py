@@ -96,14 +96,16 @@ class Lists:
             assert fetched.error is not None
             return encode_error_object(fetched.error, request.id)
         items, ttl, private = fetched
-        await self._recorder.pins(await self._guard.observe_list(request.method, items))
+        detections = await self._guard.observe_list(request.method, items)
+        digests = self._guard.observed(request.method)  # these items' own: the list may be read again meanwhile
+        await self._recorder.pins(detections)
         if link.can_ask_in_band(ctx):
             consent = self._guard.pending_consent(self._guard.kind_of(request.method), principal=link.principal)
             if consent is not None:
                 answer = await link.ask(sink, "elicitation/create", consent.params)
                 if answer.ok:
                     await self._recorder.approved(await self._guard.apply_consent(consent, answer.result_dict()))
-        visible = self._guard.visible(request.method, items, link.principal)
+        visible = self._guard.visible(request.method, items, link.principal, digests=digests)
         kind = self._guard.kind_of(request.method)
         self._visible.setdefault(link.principal, {})[kind] = self._guard.visible_keys(kind, link.principal)
         notice = self.waiting_notice()
