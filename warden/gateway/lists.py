@@ -121,7 +121,8 @@ class Lists:
         if ctx.era is Era.MODERN:
             result["resultType"] = "complete"
             result["ttlMs"] = int(ttl)
-            result["cacheScope"] = "private" if private else "public"
+            # what a principal sees depends on its own approvals: never shareable across users (PX21, SEC06)
+            result["cacheScope"] = "private" if private or link.principal is not None else "public"
         return encode_result(request.id, encode_json(result))
 
     async def _fetch_all(self, method: str, params: Mapping[str, Any], ctx: Context,
