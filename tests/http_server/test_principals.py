@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import trio
 
-from tests.http_server.test_face import FIXTURE, recording
+from tests.http_server.test_face import FIXTURE, EventReader, legacy_call, recording
 from tests.http_server.warden_http import MODERN, WardenHttp, warden_http
 from tests.policy.test_flow_through_warden import FLOW, FLOW_SERVER
 from tests.support import WARDEN, audit_records, write_config
@@ -177,3 +178,34 @@ async def test_a_task_is_its_creators_and_another_principal_is_told_it_does_not_
             assert "unknown task" in stolen.json()["error"]["message"], stolen.text
         own = await modern(w, alice, 4, "tasks/get", {"taskId": task["taskId"]}, meta())
         assert own.json()["result"]["status"] in ("working", "completed"), own.text
+
+
+async def test_a_shared_servers_log_line_reaches_only_the_principal_whose_call_is_in_flight(tmp_path: Path) -> None:
+    """One server process shared by two principals (``shared = true``, the default) writes a log line while alice's
+    call runs: it reaches alice's session stream, never bob's (before: every server notification tied to no request
+    went to every connected host, so bob read log lines that may quote alice's arguments or paths)."""
+    alice, bob = add_token("alice"), add_token("bob")
+    async with warden_http(recording(tmp_path / "upstream.log"), cwd=tmp_path) as w:
+        sessions: dict[str, str] = {}
+        for token in (alice, bob):
+            opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                as_(w, token))
+            assert opened.status_code == 200, opened.text
+            sessions[token] = opened.headers["mcp-session-id"]
+        stream = {"accept": "text/event-stream"}
+        async with w.client.stream("GET", w.url, headers={**as_(w, alice, mcp_session_id=sessions[alice]),
+                                                           **stream}) as alices, \
+                w.client.stream("GET", w.url, headers={**as_(w, bob, mcp_session_id=sessions[bob]),
+                                                       **stream}) as bobs:
+            hers, his = EventReader(alices), EventReader(bobs)
+            assert (await hers.next()).data == ""  # priming
+            assert (await his.next()).data == ""
+            called = await w.post(legacy_call(12, "notify", {"method": "notifications/message"}),
+                                  as_(w, alice, mcp_session_id=sessions[alice]))
+            assert called.status_code == 200, called.text
+            assert await hers.message() == {"jsonrpc": "2.0", "method": "notifications/message",
+                                            "params": {"level": "info", "data": "unsolicited"}}
+            with trio.move_on_after(1.0) as waited:
+                leaked = await his.message()
+            assert waited.cancelled_caught, f"bob's stream got {leaked}"

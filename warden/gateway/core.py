@@ -1037,7 +1037,21 @@ class Gateway:
     async def on_notification(self, method: str, params: bytes | None) -> None:
         """Runs inside the server's reader, so it never waits for the server: a list change is re-read in the
         background, and requests that depend on that list wait for the re-read (quarantine before use)."""
-        await self._notified.get(method, self._listeners.tell)(method, params)
+        routed = self._notified.get(method)
+        if routed is not None:
+            await routed(method, params)
+        else:
+            await self._listeners.tell(method, params, principals=self._whose())
+
+    def _whose(self) -> set[str | None] | None:
+        """Which principals' hosts a server notification tied to no request (a log line, a resource update) may
+        reach. The server may be shared by several (``shared = true`` behind ``warden serve --http``), and such a
+        line may quote one user's arguments or paths: so every host when the connected ones are one principal's
+        (None); else that of the requests in flight, when they are all one principal's; else none."""
+        if len(self._listeners.principals()) <= 1:
+            return None
+        in_flight = {entry.link.principal for entry in self._in_flight}
+        return in_flight if len(in_flight) == 1 else set()
 
     async def listen_upstream(self) -> None:
         """Keep a ``subscriptions/listen`` open on a 2026 server (see :meth:`Listeners.listen_upstream`)."""
