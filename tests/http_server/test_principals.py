@@ -209,3 +209,39 @@ async def test_a_shared_servers_log_line_reaches_only_the_principal_whose_call_i
             with trio.move_on_after(1.0) as waited:
                 leaked = await his.message()
             assert waited.cancelled_caught, f"bob's stream got {leaked}"
+
+
+async def test_a_shared_servers_resource_update_reaches_only_the_principals_that_subscribed(tmp_path: Path) -> None:
+    """Two principals share one server; bob subscribes to a resource, alice does not: the server's update for it
+    reaches bob's session stream only (before: every connected host got every update, learning which resources
+    another user watches)."""
+    alice, bob = add_token("alice"), add_token("bob")
+    server = [*recording(tmp_path / "upstream.log"), "--subscribe"]
+    uri = "file:///home/bob/notes.txt"
+    async with warden_http(server, cwd=tmp_path) as w:
+        sessions: dict[str, str] = {}
+        for token in (alice, bob):
+            opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+                as_(w, token))
+            assert opened.status_code == 200, opened.text
+            sessions[token] = opened.headers["mcp-session-id"]
+        subscribed = await w.post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": uri}},
+                                  as_(w, bob, mcp_session_id=sessions[bob]))
+        assert subscribed.status_code == 200, subscribed.text
+        stream = {"accept": "text/event-stream"}
+        async with w.client.stream("GET", w.url, headers={**as_(w, alice, mcp_session_id=sessions[alice]),
+                                                           **stream}) as alices, \
+                w.client.stream("GET", w.url, headers={**as_(w, bob, mcp_session_id=sessions[bob]),
+                                                       **stream}) as bobs:
+            hers, his = EventReader(alices), EventReader(bobs)
+            assert (await hers.next()).data == ""  # priming
+            assert (await his.next()).data == ""
+            called = await w.post(legacy_call(2, "notify", {"method": "notifications/resources/updated", "uri": uri}),
+                                  as_(w, alice, mcp_session_id=sessions[alice]))
+            assert called.status_code == 200, called.text
+            assert await his.message() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                           "params": {"uri": uri}}
+            with trio.move_on_after(1.0) as waited:
+                leaked = await hers.message()
+            assert waited.cancelled_caught, f"alice's stream got {leaked}"

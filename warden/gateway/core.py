@@ -90,6 +90,7 @@ from warden.protocol.messages import (
     UNSUPPORTED_PROTOCOL_VERSION,
     Notification,
     Request,
+    decode_object,
     encode_error,
     encode_error_object,
     encode_json,
@@ -375,6 +376,8 @@ class Gateway:
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
+        self._subscribed: dict[str, set[str | None]] = {}
+        """Who subscribed to each resource URI (legacy hosts' ``resources/subscribe``), by principal."""
         self._observed: ServerDescription | None = None
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
@@ -584,6 +587,8 @@ class Gateway:
             "tools/call": self._audited,
             "prompts/get": self._audited,
             "resources/read": self._read,
+            "resources/subscribe": self._subscription,
+            "resources/unsubscribe": self._subscription,
         }
         table.update(dict.fromkeys(LIST_METHODS, self._lists.answer))
         table.update(dict.fromkeys(("tasks/get", "tasks/result", "tasks/update", "tasks/cancel"), self._tasks.request))
@@ -601,6 +606,19 @@ class Gateway:
     async def _forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                          sink: Sink) -> bytes:
         return (await self._forward(request, ctx, params, sink))[0]
+
+    async def _subscription(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
+                            sink: Sink) -> bytes:
+        """A legacy host's ``resources/subscribe`` or ``unsubscribe``, forwarded; whose it is is kept, so the
+        server's updates for that URI reach the principals that subscribed (:meth:`_whose`)."""
+        response, reply = await self._forward(request, ctx, params, sink)
+        uri = params.get("uri")
+        if reply.ok and isinstance(uri, str):
+            if request.method == "resources/subscribe":
+                self._subscribed.setdefault(uri, set()).add(link.principal)
+            elif uri in self._subscribed:
+                self._subscribed[uri].discard(link.principal)
+        return response
 
     async def _read(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                     sink: Sink) -> bytes | Handled:
@@ -1041,15 +1059,19 @@ class Gateway:
         if routed is not None:
             await routed(method, params)
         else:
-            await self._listeners.tell(method, params, principals=self._whose())
+            await self._listeners.tell(method, params, principals=self._whose(method, params))
 
-    def _whose(self) -> set[str | None] | None:
+    def _whose(self, method: str, params: bytes | None) -> set[str | None] | None:
         """Which principals' hosts a server notification tied to no request (a log line, a resource update) may
         reach. The server may be shared by several (``shared = true`` behind ``warden serve --http``), and such a
         line may quote one user's arguments or paths: so every host when the connected ones are one principal's
-        (None); else that of the requests in flight, when they are all one principal's; else none."""
+        (None); else, for a resource's update, the principals that subscribed to it; for anything else, that of
+        the requests in flight when they are all one principal's; else none."""
         if len(self._listeners.principals()) <= 1:
             return None
+        if method == "notifications/resources/updated":
+            uri = decode_object(params).get("uri") if params else None
+            return set(self._subscribed.get(uri, ())) if isinstance(uri, str) else set()
         in_flight = {entry.link.principal for entry in self._in_flight}
         return in_flight if len(in_flight) == 1 else set()
 
