@@ -337,6 +337,41 @@ max_length = 5
     assert call("pick", {"mode": "a", "opts": {"name": "AB"}}) is Effect.DENY
 
 
+def test_RT05_path_argument_escaping_through_a_symlink_then_dotdot_is_refused(tmp_path: Path) -> None:
+    """A symlink inside the allowed dir followed by ``..``: lexically ``/proj/link/../secret.txt`` is
+    ``/proj/secret.txt`` (inside), but the kernel follows ``link`` first and opens ``/outside/secret.txt``. Both the
+    path as written and as normalized must resolve inside (before: only the normalized one was resolved)."""
+    proj, outside = tmp_path / "proj", tmp_path / "outside"
+    (proj / "sub").mkdir(parents=True)
+    (outside / "deep").mkdir(parents=True)
+    (outside / "secret.txt").write_text("S")
+    (proj / "link").symlink_to(outside / "deep")
+    sp = server(tmp_path, user=f"[[servers.s.arguments]]\ntool = 'read'\nargument = 'path'\nunder = ['{proj}']\n")
+
+    def call(args: dict[str, object]) -> Effect:
+        paths = resolve_argument_paths(sp, "read", args)
+        return decide(ToolCallFacts(sp, "read", A, A, args, resolved_paths=paths)).effect
+
+    written = f"{proj}/link/../secret.txt"
+    assert Path(written).read_text() == "S"  # what a server opening the argument as given reads
+    assert call({"path": written}) is Effect.DENY
+    assert call({"path": f"file://{proj}/link/%2e%2e/secret.txt"}) is Effect.DENY
+    assert call({"path": f"{proj}/sub/../sub/x"}) is Effect.ALLOW  # a '..' that stays inside is still fine
+
+
+def test_RT05_two_path_arguments_that_print_alike_do_not_share_a_resolved_path(tmp_path: Path) -> None:
+    """``{"a.b": {"c": P}}`` and ``{"a": {"b.c": Q}}`` are both at ``a.b.c``: the real path of the inside one
+    must not vouch for the symlinked one (before: resolved paths were keyed by that dotted name, the last won)."""
+    proj = tmp_path / "proj"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "link").symlink_to("/etc")
+    sp = server(tmp_path, user=f"[[servers.s.arguments]]\ntool = 'many'\nargument = '*.*'\nunder = ['{proj}']\n")
+    args: dict[str, object] = {"a.b": {"c": f"{proj}/link/passwd"}, "a": {"b.c": f"{proj}/sub"}}
+    d = decide(ToolCallFacts(sp, "many", A, A, args, resolved_paths=resolve_argument_paths(sp, "many", args)))
+    assert d.effect is Effect.DENY
+    assert "through a symlink" in d.reason
+
+
 def test_lists_prompts_resources_are_gated_the_same(tmp_path: Path) -> None:
     sp = server(tmp_path, user="[servers.s.prompts]\ndeny=['secret*']\n[servers.s.resources]\nallow=['mem://*']\n")
     assert decide(ListEntryFacts(sp, "tool", "add", A, A)).allowed

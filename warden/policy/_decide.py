@@ -133,7 +133,9 @@ class ListEntryFacts:
 class ToolCallFacts:
     """A ``tools/call``. ``consent_channel``: the host declared form elicitation for this request.
     ``confirmed_arguments_digest``: what a human confirmed (from :mod:`warden.consent`), if anything.
-    ``resolved_paths``: symlink-resolved values of path arguments (from ``resolve_argument_paths``).
+    ``resolved_paths``: the real path (symlinks resolved) of each path argument, keyed by its value as written and
+    by its lexically normalized path (from ``resolve_argument_paths``; keyed by value, not by where the value is,
+    since two places can print alike: ``{"a.b": {"c": …}}`` and ``{"a": {"b.c": …}}``).
     ``flow_role``: the tool's role in the flow policy (``warden.policy.classify``); ``taint``: the sources that
     answered in this host session (``TaintLedger.marks``); ``session``: that session's key (for the hint).
     ``approval_channel``: a human can be asked out of band (a webhook) to confirm a call, though not to approve
@@ -350,7 +352,7 @@ def _argument_check(facts: ToolCallFacts) -> Decision | None:
         if not found and r.required:
             return Decision(Effect.DENY, f"argument {r.argument!r} is required", ar.source)
         for where, value in found:
-            problem = _check_value(r.under, r.enum, r.pattern, r.max_length, value, facts.resolved_paths.get(where))
+            problem = _check_value(r.under, r.enum, r.pattern, r.max_length, value, facts.resolved_paths)
             if problem is not None:
                 return Decision(Effect.DENY, f"argument {where!r} of tool {render_visible(facts.tool)!r} "
                                              f"{problem}", ar.source)
@@ -358,7 +360,7 @@ def _argument_check(facts: ToolCallFacts) -> Decision | None:
 
 
 def _check_value(under: tuple[str, ...] | None, enum: tuple[Any, ...] | None, pattern: str | None,
-                 max_length: int | None, value: Any, real: str | None) -> str | None:
+                 max_length: int | None, value: Any, resolved: Mapping[str, str]) -> str | None:
     if enum is not None and not any(type(value) is type(e) and value == e for e in enum):
         return f"is {render_visible(repr(value))}, not one of {list(enum)!r}"
     if pattern is not None and (not isinstance(value, str) or not linear_fullmatch(pattern, value)):
@@ -374,8 +376,9 @@ def _check_value(under: tuple[str, ...] | None, enum: tuple[Any, ...] | None, pa
             return f"is not an acceptable path: {exc.message}"
         if not any(within(path, d) for d in under):
             return f"is {render_visible(path)!r}, outside {list(under)!r}"
-        if real is not None and not any(within(real, d) for d in under):
-            return f"resolves (through a symlink) to {render_visible(real)!r}, outside {list(under)!r}"
+        for real in (resolved.get(value), resolved.get(path)):
+            if real is not None and not any(within(real, d) for d in under):
+                return f"resolves (through a symlink) to {render_visible(real)!r}, outside {list(under)!r}"
     return None
 
 

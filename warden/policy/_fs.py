@@ -14,7 +14,7 @@ from typing import Any
 from warden.policy._decide import Decision, LaunchFacts, RootFacts, _values, decide, normalize_path
 from warden.policy._effective import ServerPolicy
 from warden.policy._glob import glob_match
-from warden.protocol.roots import RootError, normalize_file_uri, path_to_file_uri
+from warden.protocol.roots import RootError, file_uri_path, normalize_file_uri, path_to_file_uri
 
 __all__ = ["filter_roots", "launch_facts", "resolve_argument_paths", "resolve_root"]
 
@@ -67,18 +67,25 @@ def filter_roots(server: ServerPolicy, roots: Sequence[Any]) -> tuple[list[dict[
 
 
 def resolve_argument_paths(server: ServerPolicy, tool: str, arguments: Mapping[str, Any] | None) -> dict[str, str]:
-    """Real paths of the arguments that ``under`` rules constrain, keyed like ``ToolCallFacts.resolved_paths``.
-    Paths that do not exist yet resolve through their nearest existing parent."""
+    """Real paths of the arguments that ``under`` rules constrain, keyed like ``ToolCallFacts.resolved_paths``: by
+    the argument's value as written (resolved as written: the kernel follows a symlink before the ``..`` after it,
+    so ``/proj/link/../x`` is ``/elsewhere/x`` when ``link`` leads to ``/elsewhere/sub``) and by its lexically
+    normalized path (what a server that normalizes before opening uses). Paths that do not exist yet resolve
+    through their nearest existing parent."""
     out: dict[str, str] = {}
     for ar in server.arguments:
         if ar.rule.under is None or not glob_match(ar.rule.tool, tool):
             continue
-        for where, value in _values(arguments or {}, ar.rule.argument.split("."), ""):
+        for _, value in _values(arguments or {}, ar.rule.argument.split("."), ""):
             if not isinstance(value, str):
                 continue
             try:
-                path = normalize_file_uri(value) if value.startswith("file:") else normalize_path(value)
+                if value.startswith("file:"):
+                    written, path = file_uri_path(value), normalize_file_uri(value)
+                else:
+                    written, path = value, normalize_path(value)
             except RootError:
                 continue
-            out[where] = os.path.realpath(path)
+            out[value] = os.path.realpath(written)
+            out[path] = os.path.realpath(path)
     return out

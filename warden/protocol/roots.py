@@ -20,7 +20,7 @@ from typing import Final
 
 from warden.errors import RemoteProtocolError
 
-__all__ = ["RootError", "normalize_file_uri", "normalize_segments", "path_to_file_uri"]
+__all__ = ["RootError", "file_uri_path", "normalize_file_uri", "normalize_segments", "path_to_file_uri"]
 
 MAX_URI_LENGTH: Final = 4096
 _HEX: Final = frozenset("0123456789abcdefABCDEF")
@@ -103,6 +103,14 @@ def normalize_file_uri(uri: str) -> str:
     if "\\" in rest:
         raise RootError("root URI contains a backslash")
     return normalize_segments(_decode(rest))
+
+
+def file_uri_path(uri: str) -> str:
+    """The path a ``file://`` URI names as a server opening it would use it: validated like
+    :func:`normalize_file_uri` (same errors), percent-decoded, but ``.``/``..`` kept -- the kernel resolves a ``..``
+    after the symlink before it, which lexical normalization does not."""
+    normalize_file_uri(uri)
+    return _decode(uri[len("file://"):])
 
 
 def path_to_file_uri(path: str) -> str:
