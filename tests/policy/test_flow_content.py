@@ -231,6 +231,22 @@ def test_arguments_with_a_credential_are_refused_by_decide(tmp_path: Path) -> No
     assert AWS not in d.reason
 
 
+def test_DESIGN10_a_credential_written_as_a_key_is_not_echoed_by_the_refusal(tmp_path: Path) -> None:
+    """A credential as an object key (``{"AKIA…": 1}``, or a registry value as a nested key) is found, and the
+    refusal's reason (which the audit record and the host's error carry) names the key as redacted (before: the
+    finding's ``where`` held the key as sent, so the reason quoted the credential in clear)."""
+    sp = server(tmp_path, "s", user="")
+    secret = "hunter2-registered-value"
+    scan = ContentScanner(sp.content, "arguments", "t", (secret,), builtin=BUILTIN)
+    for args in ({AWS: 1}, {"q": {secret: {"x": GITHUB}}}):
+        redacted, findings = screen_arguments(scan, args)
+        d = decide(ToolCallFacts(sp, "t", PinState.APPROVED, PinState.APPROVED, args, content_findings=findings))
+        assert d.effect is Effect.DENY
+        shown = json.dumps([d.reason, [f.where for f in findings], redacted])
+        assert not [v for v in (AWS, secret, GITHUB) if v in shown], shown
+    assert d.reason.startswith("argument 'q.[REDACTED:secrets_registry]' of tool 't' holds a credential")
+
+
 def test_the_org_action_is_a_floor_and_its_rules_always_apply(tmp_path: Path) -> None:
     org = '[org]\ncommands = ["*"]\n\n[defaults.content]\nresults = "deny"\nmax_scan_bytes = 2048\n\n' \
           '[[defaults.content.rules]]\nname = "org-rule"\npattern = "FORBIDDEN"\n'

@@ -19,6 +19,7 @@ permissive action (deny < redact); ``max_scan_bytes`` the smallest; rules of bot
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
@@ -170,8 +171,16 @@ class ContentScanner:
         if isinstance(value, str):
             return self.text(value, where, found)
         if isinstance(value, dict):
-            return {self.text(k, f"{where}.{k}", found): self.value(v, f"{where}.{k}", found)
-                    for k, v in value.items()}
+            # A finding's ``where`` is shown (a refusal's reason, the audit record): it names a key as redacted,
+            # never as sent, or a credential written as a key would be echoed in clear by the finding itself.
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                in_key: list[ContentFinding] = []
+                key = self.text(k, where, in_key)
+                here = f"{where}.{key}"
+                found.extend(dataclasses.replace(f, where=here) for f in in_key)
+                out[key] = self.value(v, here, found)
+            return out
         if isinstance(value, list):
             return [self.value(v, f"{where}[{i}]", found) for i, v in enumerate(value)]
         return value
