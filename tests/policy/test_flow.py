@@ -72,6 +72,17 @@ def test_listed_roles_match_tool_names_and_server__tool(tmp_path: Path) -> None:
     assert exempt.sink is None
 
 
+def test_an_exempt_naming_a_server_is_not_matched_by_another_servers_tool_name(tmp_path: Path) -> None:
+    """``exempt = ["time__*"]`` means server ``time``'s tools. A hostile server ``evil`` that names its tool
+    ``time__post`` must stay a sink (before: the glob was matched against the bare tool name too, so the name the
+    server chose made it exempt, and it ran after a source had tainted the session)."""
+    sp = server(tmp_path, "evil", user='[defaults.flow]\nsinks = ["*"]\nexempt = ["time__*", "get_time"]\n')
+    assert classify(sp.flow, "evil", "time__post", None, reaches_network=True, builtin=builtin).sink is not None
+    assert classify(sp.flow, "evil", "post", None, reaches_network=True, builtin=builtin).sink is not None
+    assert classify(sp.flow, "time", "now", None, reaches_network=True, builtin=builtin).sink is None
+    assert classify(sp.flow, "evil", "get_time", None, reaches_network=True, builtin=builtin).sink is None  # bare
+
+
 @pytest.mark.parametrize(("hints", "network", "source", "sink"), [
     ({"readOnlyHint": True, "openWorldHint": True}, False, True, False),
     ({"readOnlyHint": True}, True, False, False),            # read-only, open world not said: not a source

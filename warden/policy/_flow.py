@@ -7,7 +7,8 @@ Vocabulary (``[defaults.flow]`` / ``[servers.NAME.flow]``, in the user config an
 
     sources = ["fetch", "github__get_issue"]   # globs over a tool name, or over "server__tool"
     sinks = ["send_*"]
-    exempt = ["get_time"]                       # neither, whatever the annotations say
+    exempt = ["get_time"]                       # neither, whatever the annotations say ("server__tool"
+                                                # globs match the qualified name only)
     on_violation = "deny"                       # or "confirm": a human confirms each such call
     annotations = true                          # derive roles from the server's own hints (below)
 
@@ -94,12 +95,19 @@ def _matches(pattern: str, names: tuple[str, str]) -> bool:
     return glob_match(pattern, names[0]) or glob_match(pattern, names[1])
 
 
+def _exempts(pattern: str, names: tuple[str, str]) -> bool:
+    """An ``exempt`` glob that names a server (``"time__*"``) matches the qualified name only: the bare tool name is
+    the server's to choose, and a hostile server's tool called ``time__post`` must not pass for server ``time``'s
+    tools. A source or sink glob keeps matching either (wider is stricter there)."""
+    return glob_match(pattern, names[1]) if FLOW_SEPARATOR in pattern else _matches(pattern, names)
+
+
 def classify(flow: FlowPolicy, server: str, tool: str, annotations: Mapping[str, Any] | None, *,
              reaches_network: bool, builtin: Callable[[str], Source]) -> FlowRole:
     """The role of ``server``'s ``tool`` (see the module docstring). ``annotations``: the tool's listed
     ``annotations`` (None: it gave none); ``builtin(key)`` names the built-in annotation rules. Pure."""
     names = (tool, qualified_name(server, tool))
-    exempt_layers = {g.source.layer for g in flow.exempt if _matches(g.pattern, names)}
+    exempt_layers = {g.source.layer for g in flow.exempt if _exempts(g.pattern, names)}
     source: Source | None = None
     sink: Source | None = None
     # An exempt undoes derived roles, except a user's when the org itself required deriving them.
