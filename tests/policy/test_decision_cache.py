@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from pathlib import Path
 
 import msgspec
@@ -127,3 +128,20 @@ def test_arguments_screened_with_their_wire_bytes_find_exactly_what_a_full_walk_
     fast = guard.screen_arguments("echo", fresh, raw=raw)
     assert [(f.rule, f.digest, f.where) for f in fast[1]] == [(f.rule, f.digest, f.where) for f in full[1]]
     assert fast[0] == full[0]
+
+
+async def test_a_hostile_resource_template_cannot_stall_the_gateway_with_backtracking(tmp_path: Path) -> None:
+    """A server lists the template ``xa{+v}a{+v}...b``; a ``resources/read`` of ``xaaa...a`` (almost fits) was
+    matched by Python's backtracking ``re``, in time exponential in the operators: 0.9 s at 30 characters, 35 s at
+    40, all of it on the gateway's one trio thread. Matched by RE2 now, linear in the URI."""
+    guard = await _guard(tmp_path)
+    hostile = "x" + "a{+v}" * 12 + "b"
+    await guard.observe_list("resources/templates/list", [{"uriTemplate": hostile, "name": "h"},
+                                                          {"uriTemplate": "mem://notes/{id}", "name": "n"}])
+    for n in (32, 4000):  # the first one alone took seconds before
+        started = time.monotonic()
+        assert guard.decide_read("x" + "a" * n, channel=False).effect is Effect.DENY
+        assert time.monotonic() - started < 0.5
+    assert guard.decide_read("mem://notes/1", channel=False).effect is Effect.ALLOW
+    assert guard.decide_read("mem://notes/1/2", channel=False).effect is Effect.DENY  # {id} is one segment
+    assert guard.decide_read("x" + "a" * 12 + "b", channel=False).effect is Effect.ALLOW  # it still fits itself

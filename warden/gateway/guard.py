@@ -64,6 +64,7 @@ from warden.policy import (
     TaintMark,
     ToolCallFacts,
     classify,
+    compile_linear,
     decide,
     filter_roots,
     glob_match,
@@ -101,17 +102,23 @@ LIST_KINDS: Final[Mapping[str, tuple[EntryKind, str]]] = {
 }
 
 
-def _template_regex(template: str) -> re.Pattern[str]:
+def _template_fits(template: str, uri: str) -> bool:
     """RFC 6570 templates as a matcher: ``{var}`` matches one path segment, operators (``{+var}``, ``{/var}``,
-    ``{?q}``, ...) match anything. Only for deciding which listed template a URI falls under."""
+    ``{?q}``, ...) match anything. Only for deciding which listed template a URI falls under. The template is the
+    server's and the URI the host's, so the matcher is RE2 (linear): ``a{+v}a{+v}...`` under Python's ``re`` took
+    time exponential in the operators on a URI that almost fits. What RE2 cannot hold (or a URI that is not
+    UTF-8, a lone surrogate) fits nothing."""
     parts = re.split(r"(\{[^}]*\})", template)
     out = []
     for part in parts:
         if part.startswith("{") and part.endswith("}"):
             out.append("[^/?#]*" if part[1:2].isalnum() or part[1:2] == "_" else ".*")
         else:
-            out.append(re.escape(part))
-    return re.compile("".join(out))
+            out.append("".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):x}}}" for c in part))
+    try:
+        return compile_linear("".join(out), bounded=False).fullmatch(uri) is not None
+    except (ValueError, UnicodeError):
+        return False
 
 
 @final
@@ -474,7 +481,7 @@ class Guard:
         pin = self._pin("resource", uri, principal)
         if pin is PinState.UNKNOWN:
             for template in self._digests.get("resource_template", {}):
-                if _template_regex(template).fullmatch(uri):
+                if _template_fits(template, uri):
                     pin = self._pin("resource_template", template, principal)
                     break
         return decide(ResourceReadFacts(self.policy, uri, pin, self.server_state(principal), channel,
