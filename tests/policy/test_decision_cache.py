@@ -138,10 +138,10 @@ async def test_a_hostile_resource_template_cannot_stall_the_gateway_with_backtra
     hostile = "x" + "a{+v}" * 12 + "b"
     await guard.observe_list("resources/templates/list", [{"uriTemplate": hostile, "name": "h"},
                                                           {"uriTemplate": "mem://notes/{id}", "name": "n"}])
-    for n in (32, 4000):  # the first one alone took seconds before
+    for n in (40, 4000):  # the first one alone took 35 s before
         started = time.monotonic()
         assert guard.decide_read("x" + "a" * n, channel=False).effect is Effect.DENY
-        assert time.monotonic() - started < 0.5
+        assert time.monotonic() - started < 10  # a bound on a hang, not a speed measurement (linear: microseconds)
     assert guard.decide_read("mem://notes/1", channel=False).effect is Effect.ALLOW
     assert guard.decide_read("mem://notes/1/2", channel=False).effect is Effect.DENY  # {id} is one segment
     assert guard.decide_read("x" + "a" * 12 + "b", channel=False).effect is Effect.ALLOW  # it still fits itself

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -258,3 +259,22 @@ def test_key_lines_inline_tables_and_array_tables() -> None:
     assert found[("t", 1, "x")] == 5
     assert found[("t", 1, "s", "y")] == 7
     assert ("t", 1, "s", "k") not in found
+
+
+def test_a_glob_matches_in_linear_time_whatever_name_it_is_given() -> None:
+    """``*a*a*a*a*a*a*a*a*b`` against a 60-character name that almost fits: matched by RE2 in linear time (before:
+    Python's backtracking ``re`` took about a minute on this machine, on the gateway's one thread, for a name a
+    server or a model chooses)."""
+    started = time.perf_counter()
+    assert not glob_match("*a*a*a*a*a*a*a*a*b", "a" * 60)
+    assert glob_match("*a*a*a*a*a*a*a*a*b", "a" * 60 + "b")
+    assert time.perf_counter() - started < 10  # a bound on a hang, not a speed measurement (old: ~1 min)
+
+
+@pytest.mark.parametrize(("pattern", "name"), [
+    ("tool name", "tool name"), ("é*ü", "éxxü"), ("a.b", "a.b"), ("[.-]x", "-x"), ("\\*", "*"), ("a?c", "a\nc"),
+    ("(x)|y", "(x)|y"), ("{a}", "{a}"), ("$^", "$^"), ("#&~", "#&~"),
+])
+def test_glob_literals_are_literal_under_the_linear_engine(pattern: str, name: str) -> None:
+    assert glob_match(pattern, name)
+    assert not glob_match(pattern, name + "x")

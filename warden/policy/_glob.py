@@ -4,6 +4,10 @@
 quietly deny nothing. This compiler rejects what it cannot read. Syntax: ``*`` any run of characters (including
 ``/`` and the empty run), ``?`` one character, ``[abc]``/``[a-z]``/``[!a-z]`` one character from (or not from) a
 class, ``\\`` escapes the next character. Matching is case-sensitive and anchored at both ends.
+
+A compiled glob runs on RE2 (:mod:`warden.policy._regex`), like every other pattern warden matches: the names it
+is matched against (tools, resource URIs, command lines) are chosen by a server or a model, and ``*a*a*a*a*b``
+under Python's backtracking ``re`` took time exponential in the stars on a name that almost fits.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import functools
 import re
 
 from warden.errors import ConfigError
+from warden.policy._regex import LinearPattern, compile_linear
 
 __all__ = ["GlobSyntaxError", "check_glob", "compile_glob", "glob_match"]
 
@@ -22,8 +27,9 @@ class GlobSyntaxError(ConfigError, ValueError):
 
 
 @functools.lru_cache(maxsize=4096)
-def compile_glob(pattern: str) -> re.Pattern[str]:
-    """Compile ``pattern`` (see the module docstring) to an anchored regex; raise :class:`GlobSyntaxError`."""
+def compile_glob(pattern: str) -> LinearPattern:
+    """Compile ``pattern`` (see the module docstring) to an RE2 matcher (use its ``fullmatch``); raise
+    :class:`GlobSyntaxError`."""
     if not pattern:
         raise GlobSyntaxError("empty pattern (use \"*\" to match everything)")
     for ch in pattern:
@@ -77,7 +83,10 @@ def compile_glob(pattern: str) -> re.Pattern[str]:
         else:
             out.append(re.escape(c))
         i += 1
-    return re.compile("".join(out), re.DOTALL)
+    try:
+        return compile_linear("(?s)" + "".join(out), bounded=False)
+    except ValueError as exc:
+        raise GlobSyntaxError(f"cannot be compiled: {exc}") from exc
 
 
 def check_glob(pattern: str) -> str:
