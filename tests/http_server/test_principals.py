@@ -4,9 +4,11 @@ taint, a request state, a legacy session — belongs to one principal, which ano
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -180,35 +182,49 @@ async def test_a_task_is_its_creators_and_another_principal_is_told_it_does_not_
         assert own.json()["result"]["status"] in ("working", "completed"), own.text
 
 
+@contextlib.asynccontextmanager
+async def two_streams(w: WardenHttp, alice: str, bob: str, *, before: Callable[[dict[str, str]], Awaitable[None]]
+                      | None = None) -> AsyncIterator[tuple[dict[str, str], EventReader, EventReader]]:
+    """A legacy session for each token (``before`` runs with them, by token), each with its GET stream open and
+    primed: the sessions, alice's stream's reader and bob's."""
+    sessions: dict[str, str] = {}
+    for token in (alice, bob):
+        opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            as_(w, token))
+        assert opened.status_code == 200, opened.text
+        sessions[token] = opened.headers["mcp-session-id"]
+    if before is not None:
+        await before(sessions)
+    stream = {"accept": "text/event-stream"}
+    async with w.client.stream("GET", w.url, headers={**as_(w, alice, mcp_session_id=sessions[alice]),
+                                                       **stream}) as alices, \
+            w.client.stream("GET", w.url, headers={**as_(w, bob, mcp_session_id=sessions[bob]), **stream}) as bobs:
+        hers, his = EventReader(alices), EventReader(bobs)
+        assert (await hers.next()).data == ""  # priming
+        assert (await his.next()).data == ""
+        yield sessions, hers, his
+
+
+async def nothing_within_a_second(events: EventReader) -> None:
+    with trio.move_on_after(1.0) as waited:
+        leaked = await events.message()
+    assert waited.cancelled_caught, f"the stream got {leaked}"
+
+
 async def test_a_shared_servers_log_line_reaches_only_the_principal_whose_call_is_in_flight(tmp_path: Path) -> None:
     """One server process shared by two principals (``shared = true``, the default) writes a log line while alice's
     call runs: it reaches alice's session stream, never bob's (before: every server notification tied to no request
     went to every connected host, so bob read log lines that may quote alice's arguments or paths)."""
     alice, bob = add_token("alice"), add_token("bob")
-    async with warden_http(recording(tmp_path / "upstream.log"), cwd=tmp_path) as w:
-        sessions: dict[str, str] = {}
-        for token in (alice, bob):
-            opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
-                as_(w, token))
-            assert opened.status_code == 200, opened.text
-            sessions[token] = opened.headers["mcp-session-id"]
-        stream = {"accept": "text/event-stream"}
-        async with w.client.stream("GET", w.url, headers={**as_(w, alice, mcp_session_id=sessions[alice]),
-                                                           **stream}) as alices, \
-                w.client.stream("GET", w.url, headers={**as_(w, bob, mcp_session_id=sessions[bob]),
-                                                       **stream}) as bobs:
-            hers, his = EventReader(alices), EventReader(bobs)
-            assert (await hers.next()).data == ""  # priming
-            assert (await his.next()).data == ""
-            called = await w.post(legacy_call(12, "notify", {"method": "notifications/message"}),
-                                  as_(w, alice, mcp_session_id=sessions[alice]))
-            assert called.status_code == 200, called.text
-            assert await hers.message() == {"jsonrpc": "2.0", "method": "notifications/message",
-                                            "params": {"level": "info", "data": "unsolicited"}}
-            with trio.move_on_after(1.0) as waited:
-                leaked = await his.message()
-            assert waited.cancelled_caught, f"bob's stream got {leaked}"
+    async with warden_http(recording(tmp_path / "upstream.log"), cwd=tmp_path) as w, \
+            two_streams(w, alice, bob) as (sessions, hers, his):
+        called = await w.post(legacy_call(12, "notify", {"method": "notifications/message"}),
+                              as_(w, alice, mcp_session_id=sessions[alice]))
+        assert called.status_code == 200, called.text
+        assert await hers.message() == {"jsonrpc": "2.0", "method": "notifications/message",
+                                        "params": {"level": "info", "data": "unsolicited"}}
+        await nothing_within_a_second(his)
 
 
 async def test_a_shared_servers_resource_update_reaches_only_the_principals_that_subscribed(tmp_path: Path) -> None:
@@ -216,32 +232,18 @@ async def test_a_shared_servers_resource_update_reaches_only_the_principals_that
     reaches bob's session stream only (before: every connected host got every update, learning which resources
     another user watches)."""
     alice, bob = add_token("alice"), add_token("bob")
-    server = [*recording(tmp_path / "upstream.log"), "--subscribe"]
     uri = "file:///home/bob/notes.txt"
-    async with warden_http(server, cwd=tmp_path) as w:
-        sessions: dict[str, str] = {}
-        for token in (alice, bob):
-            opened = await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
-                as_(w, token))
-            assert opened.status_code == 200, opened.text
-            sessions[token] = opened.headers["mcp-session-id"]
-        subscribed = await w.post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe", "params": {"uri": uri}},
-                                  as_(w, bob, mcp_session_id=sessions[bob]))
+
+    async def bob_subscribes(sessions: dict[str, str]) -> None:
+        subscribed = await w.post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
+                                   "params": {"uri": uri}}, as_(w, bob, mcp_session_id=sessions[bob]))
         assert subscribed.status_code == 200, subscribed.text
-        stream = {"accept": "text/event-stream"}
-        async with w.client.stream("GET", w.url, headers={**as_(w, alice, mcp_session_id=sessions[alice]),
-                                                           **stream}) as alices, \
-                w.client.stream("GET", w.url, headers={**as_(w, bob, mcp_session_id=sessions[bob]),
-                                                       **stream}) as bobs:
-            hers, his = EventReader(alices), EventReader(bobs)
-            assert (await hers.next()).data == ""  # priming
-            assert (await his.next()).data == ""
-            called = await w.post(legacy_call(2, "notify", {"method": "notifications/resources/updated", "uri": uri}),
-                                  as_(w, alice, mcp_session_id=sessions[alice]))
-            assert called.status_code == 200, called.text
-            assert await his.message() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
-                                           "params": {"uri": uri}}
-            with trio.move_on_after(1.0) as waited:
-                leaked = await hers.message()
-            assert waited.cancelled_caught, f"alice's stream got {leaked}"
+
+    async with warden_http([*recording(tmp_path / "upstream.log"), "--subscribe"], cwd=tmp_path) as w, \
+            two_streams(w, alice, bob, before=bob_subscribes) as (sessions, hers, his):
+        called = await w.post(legacy_call(2, "notify", {"method": "notifications/resources/updated", "uri": uri}),
+                              as_(w, alice, mcp_session_id=sessions[alice]))
+        assert called.status_code == 200, called.text
+        assert await his.message() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
+                                       "params": {"uri": uri}}
+        await nothing_within_a_second(hers)
