@@ -618,6 +618,8 @@ class Gateway:
                 self._subscribed.setdefault(uri, set()).add(link.principal)
             elif uri in self._subscribed:
                 self._subscribed[uri].discard(link.principal)
+                if not self._subscribed[uri]:
+                    del self._subscribed[uri]
         return response
 
     async def _read(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
