@@ -269,19 +269,24 @@ def test_crc_is_the_frame_crc() -> None:
     assert int.from_bytes(frame[-4:], "big") == zlib.crc32(frame[1:-4])
 
 
-def test_signed_but_malformed_record_is_rejected(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Even records signed with the real key (a buggy or hostile writer) must be well-formed warden records."""
-    signer = parse_skey((log / "keys" / "audit-signing.key").read_text())
-    payloads = frames(log)
-    payloads[4] = payloads[4].replace(b'"detail":"hash",', b'"detail":"hash","value":1,', 1)
-    assert b'"value":1' in payloads[4]
-    rebuild(log, payloads)
+def rebuild_signed(state_dir: Path, payloads: list[bytes]) -> None:
+    """What a holder of the log's key can do: :func:`rebuild`, then sign a checkpoint over the rewritten tree."""
+    rebuild(state_dir, payloads)
+    signer = parse_skey((state_dir / "keys" / "audit-signing.key").read_text())
     frontier = Frontier()
     for p in payloads:
         frontier.append(leaf_hash(p))
     note = sign_checkpoint(Checkpoint(signer.name, frontier.size, frontier.root()), signer).note
-    (log / AUDIT / "checkpoints.log").write_bytes(encode_frame(0x02, note))
-    (log / AUDIT / "checkpoint").write_bytes(note)
+    (state_dir / AUDIT / "checkpoints.log").write_bytes(encode_frame(0x02, note))
+    (state_dir / AUDIT / "checkpoint").write_bytes(note)
+
+
+def test_signed_but_malformed_record_is_rejected(log: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Even records signed with the real key (a buggy or hostile writer) must be well-formed warden records."""
+    payloads = frames(log)
+    payloads[4] = payloads[4].replace(b'"detail":"hash",', b'"detail":"hash","value":1,', 1)
+    assert b'"value":1' in payloads[4]
+    rebuild_signed(log, payloads)
     code, out = verify(capsys, log)
     assert code == 7
     assert "record 4 (byte" in out
@@ -295,19 +300,12 @@ def test_signed_record_nested_too_deeply_fails_verify_report_and_recovery_cleanl
     reader: `audit verify` (fast and --deep), show, export and report stopped with "internal error ... a bug in
     warden" instead of naming the record, the report (written whatever verification finds) was not written at all,
     and opening the log for writing crashed. Now each names record 4 as invalid and the report says FAILED."""
-    signer = parse_skey((log / "keys" / "audit-signing.key").read_text())
     payloads = frames(log)
     deep = b"[" * 20_000 + b"]" * 20_000
     head, _, rest = payloads[4].partition(b'"detail":"hash","digest":"')
     payloads[4] = head + b'"detail":"full","digest":"' + rest[:71] + b'","value":' + deep + rest[72:]
     assert deep in payloads[4]
-    rebuild(log, payloads)
-    frontier = Frontier()
-    for p in payloads:
-        frontier.append(leaf_hash(p))
-    note = sign_checkpoint(Checkpoint(signer.name, frontier.size, frontier.root()), signer).note
-    (log / AUDIT / "checkpoints.log").write_bytes(encode_frame(0x02, note))
-    (log / AUDIT / "checkpoint").write_bytes(note)
+    rebuild_signed(log, payloads)
     for extra in ((), ("--deep",)):
         code, out = verify(capsys, log, *extra)
         assert code == 7, out

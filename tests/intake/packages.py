@@ -15,6 +15,7 @@ import io
 import json
 import tarfile
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 
 MARKER_PREFIX = "warden-fixture-marker-"
@@ -113,8 +114,10 @@ def _record_line(path: str, data: bytes) -> str:
     return f"{path},sha256={digest},{len(data)}"
 
 
-def wheel(name: str, version: str, *, requires: tuple[str, ...] = (), filler: str = "") -> tuple[str, bytes]:
-    """A pure-Python wheel (built by hand: no build backend runs) of the Python fixture server; (filename, bytes)."""
+def wheel(name: str, version: str, *, requires: tuple[str, ...] = (), filler: str = "",
+          data: Mapping[str, bytes] | None = None) -> tuple[str, bytes]:
+    """A pure-Python wheel (built by hand: no build backend runs) of the Python fixture server; (filename, bytes).
+    ``data``: files of its ``.data/data`` directory, by path (installed relative to the environment)."""
     module = name.replace("-", "_")
     dist_info = f"{module}-{version}.dist-info"
     metadata = "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
@@ -125,6 +128,7 @@ def wheel(name: str, version: str, *, requires: tuple[str, ...] = (), filler: st
         f"{dist_info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: warden-tests\nRoot-Is-Purelib: true\n"
                               b"Tag: py3-none-any\n",
         f"{dist_info}/entry_points.txt": f"[console_scripts]\n{name} = {module}:main\n".encode(),
+        **{f"{module}-{version}.data/data/{path}": blob for path, blob in (data or {}).items()},
     }
     record = [_record_line(path, data) for path, data in files.items()] + [f"{dist_info}/RECORD,,"]
     files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()

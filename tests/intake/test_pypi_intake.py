@@ -4,9 +4,7 @@ runs on the host, the environment is byte-compiled, and the sandbox runs exactly
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import zipfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 import trio
 
 from tests.intake.conftest import PypiIndex, TlsIndex, client_caches, free_port, markers
-from tests.intake.packages import MARKER_PREFIX, _record_line, sdist, wheel
+from tests.intake.packages import MARKER_PREFIX, sdist, wheel
 from tests.sandbox.mcp import McpSession, mcp_session
 from warden.errors import IntakeError
 from warden.intake import IntakePolicy, Store, parse_runner, take_in, update
@@ -186,30 +184,13 @@ def test_a_pip_cert_setting_that_names_no_file_is_refused_by_name(state_dir: Pat
     assert "PIP_CERT" in (caught.value.hint or "")
 
 
-def _wheel_with_data(name: str, version: str, data: dict[str, bytes]) -> tuple[str, bytes]:
-    """The fixture wheel plus files in its ``.data/data`` directory (installed relative to the environment)."""
-    filename, built = wheel(name, version)
-    module = name.replace("-", "_")
-    with zipfile.ZipFile(io.BytesIO(built)) as archive:
-        files = {n: archive.read(n) for n in archive.namelist() if not n.endswith("/RECORD")}
-    files.update({f"{module}-{version}.data/data/{path}": blob for path, blob in data.items()})
-    dist_info = f"{module}-{version}.dist-info"
-    record = [_record_line(path, blob) for path, blob in files.items()] + [f"{dist_info}/RECORD,,"]
-    files[f"{dist_info}/RECORD"] = ("\n".join(record) + "\n").encode()
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path, blob in files.items():
-            archive.writestr(zipfile.ZipInfo(path, date_time=(2026, 1, 1, 0, 0, 0)), blob)
-    return filename, buffer.getvalue()
-
-
 def test_a_wheel_that_rewrites_pyvenv_cfg_is_refused(pypi_index: PypiIndex, state_dir: Path,
                                                      host_env: dict[str, str]) -> None:
     """Attack: a wheel installs ``pyvenv.cfg`` through its .data directory with ``home = /var/bin``. uv lets it;
     warden's python profile reads ``home`` at every launch and bound ``/var`` (it has a ``lib``) read-only into
     the server's sandbox, which then listed /var/lib. The intake now refuses the package."""
     name = pypi_index.unique("warden-fixture-venv")
-    pypi_index.add(name, *_wheel_with_data(name, "1.0.0", {
+    pypi_index.add(name, *wheel(name, "1.0.0", data={
         "pyvenv.cfg": b"home = /var/bin\ninclude-system-site-packages = false\nversion = 3.11.2\n"}))
     request = parse_runner(["uvx", name])
     assert request is not None
