@@ -70,14 +70,17 @@ TOOLS = [{"name": "echo", "description": "Echoes.", "inputSchema": {"type": "obj
 
 
 async def legacy_handshake(server: ScriptedServer, message: dict[str, Any], *,
-                           capabilities: dict[str, Any] | None = None, name: str = "scripted") -> bool:
+                           capabilities: dict[str, Any] | None = None, name: str = "scripted",
+                           instructions: str | None = None) -> bool:
     """Answer ``message`` if it is part of a 2025-11-25 server's handshake (``server/discover`` refused,
-    ``initialize`` answered with ``capabilities``, default tools only); whether it was."""
+    ``initialize`` answered with ``capabilities``, default tools only, and ``instructions`` if given); whether it
+    was."""
     if message.get("method") == "server/discover":
         await server.send({"id": message["id"], "error": {"code": -32601, "message": "Method not found"}})
     elif message.get("method") == "initialize":
         await server.answer(message, {"protocolVersion": "2025-11-25", "capabilities": capabilities or {"tools": {}},
-                                      "serverInfo": {"name": name, "version": "1"}})
+                                      "serverInfo": {"name": name, "version": "1"},
+                                      **({"instructions": instructions} if instructions is not None else {})})
     else:
         return False
     return True

@@ -434,8 +434,7 @@ def _check_proof(ctx: CommandContext, args: argparse.Namespace) -> int:
             decode_record(proof.extra, deep=False)
         except (msgspec.ValidationError, msgspec.DecodeError, ValueError) as exc:
             raise VerificationError(f"the proof's record {proof.index} is not a valid audit record: {exc}") from exc
-    _out(for_terminal(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}")
-         + "\n")
+    _out(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}\n")
     if proof.extra is not None:  # the record, shown as `audit show --json` shows it: redacted, controls escaped
         sys.stdout.buffer.write(_json_for_terminal(load_redactor(ctx.state_dir).wire(proof.extra)) + b"\n")
         sys.stdout.flush()
