@@ -23,8 +23,12 @@ from tests.security.harness import ROOT, SYSTEM_PYTHON, UNPRIV_UID, run_as_user,
 from tests.support import held_uid_slots
 from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
+from warden.policy import PROTECTED_NAMES
 from warden.sandbox import SandboxSettings, make_launcher
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, owner_threads
+
+#: A git server's policy: ``.git`` left out of the protected names, so it may commit (the default keeps it read-only).
+GIT_SERVER = tuple(name for name in PROTECTED_NAMES if name != ".git")
 
 OTHER_UID = UNPRIV_UID + 1  # a second owner, for the "two owners" refusal
 root_only = pytest.mark.skipif(not IS_ROOT, reason="a root warden chooses the sandbox uid; as a user it is the user")
@@ -92,7 +96,7 @@ async def test_git_works_in_a_users_repository_and_in_a_read_only_one_of_root(st
     subprocess.run([GIT, "-C", str(theirs), "-c", "user.name=r", "-c", "user.email=r@x", "commit", "-q",
                     "--allow-empty", "-m", "root's"], check=True)
     subprocess.run(["chmod", "-R", "a+rX", str(theirs)], check=True)
-    settings = SandboxSettings(write_dirs=(str(repo),), read_dirs=(str(theirs),))
+    settings = SandboxSettings(write_dirs=(str(repo),), read_dirs=(str(theirs),), protected_names=GIT_SERVER)
     rc, out = await _run(settings, state_dir,
                          f"{GIT} -C {repo} add a.txt && {GIT} -C {repo} -c user.name=s -c user.email=s@x commit -q "
                          f"-m first && {GIT} -C {repo} log --format=%s && {GIT} -C {theirs} log --format=%s 2>&1")
@@ -254,7 +258,8 @@ def test_unprivileged_warden_writes_as_the_user_and_git_works(host_dir: Path) ->
     script = (f"id -u; touch {project}/made && {GIT} -C {project} add made && "
               f"{GIT} -C {project} -c user.name=s -c user.email=s@x commit -q -m first && "
               f"{GIT} -C {project} log --format=%s")
-    outcome = run_as_user(SandboxSettings(write_dirs=(str(project),)), ["/bin/sh", "-c", script], state_dir=state)
+    outcome = run_as_user(SandboxSettings(write_dirs=(str(project),), protected_names=GIT_SERVER),
+                          ["/bin/sh", "-c", script], state_dir=state)
     assert outcome.error is None
     assert outcome.rc == 0, outcome.stderr
     assert outcome.stdout.split() == [str(UNPRIV_UID), "first"]

@@ -73,7 +73,7 @@ from warden.policy._identity import identity_digest, launch_manifest
 from warden.policy._load import LoadedFile, load_policy_bytes, load_policy_file
 from warden.policy._rate import Bucket, Rate, parse_rate, take
 from warden.policy._regex import compile_linear
-from warden.policy._sandbox import Limits, SandboxSettings
+from warden.policy._sandbox import PROTECTED_NAMES, Limits, SandboxSettings
 from warden.policy._taint import (
     TaintedSession,
     TaintLedger,
@@ -98,6 +98,7 @@ from warden.policy.pins._types import EntryKind
 __all__ = [
     "BUILTIN_DETECTORS",
     "NEUTRAL",
+    "PROTECTED_NAMES",
     "Bucket",
     "CeilingViolation",
     "ContentFinding",

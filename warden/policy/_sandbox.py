@@ -44,12 +44,27 @@ class Limits(BaseModel):
                                             "server is stopped and not restarted")
 
 
+#: Entries of a write dir that programs on the host run or obey by themselves, so a server must not write them:
+#: git runs ``.git/config``'s fsmonitor, pager and hooks on a ``git status`` (shell prompts run one in every
+#: directory); Claude Code runs ``.claude/settings.json``'s hooks and reads ``CLAUDE.md`` as its user's words, as
+#: other agents read ``AGENTS.md``; hosts start ``.mcp.json``'s servers; editors obey ``.vscode``, ``.cursor``,
+#: ``.idea`` and ``.zed`` (tasks run when a folder opens); npm, yarn and pnpm run what their rc files and
+#: ``.pnpmfile.cjs`` say; pre-commit runs its config's hooks on every commit; direnv and mercurial theirs.
+#: See :mod:`warden.sandbox._protected` for how they are kept read-only.
+PROTECTED_NAMES: tuple[str, ...] = (
+    ".git", ".hg", ".claude", ".mcp.json", "CLAUDE.md", "AGENTS.md", ".vscode", ".cursor", ".idea", ".zed",
+    ".envrc", ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".pre-commit-config.yaml", ".github",
+)
+
+
 class SandboxSettings(BaseModel):
     """How one server is isolated. The default is the strongest: bwrap, no network, nothing writable.
 
     ``read_dirs`` / ``write_dirs`` are host paths bound at the same path inside (read-only / read-write);
     ``workdir`` is where the server starts (default: the launch spec's cwd, else the first write dir, else the
-    sandbox home). ``landlock = "require"`` refuses to start where the kernel lacks Landlock, or in a container
+    sandbox home). ``protected_names`` are entries of each write dir the server may read and not write (default
+    :data:`PROTECTED_NAMES`; a server that must commit, as a git server does, needs ``.git`` left out of it).
+    ``landlock = "require"`` refuses to start where the kernel lacks Landlock, or in a container
     sandbox (only bwrap runs the Landlock layer); ``"off"`` (default) relies on the mount namespace alone.
     ``engine_path`` pins the container engine binary (default: found on PATH); ``image`` (``name@sha256:...``)
     or ``rootfs`` (a directory) says what the container runs.
@@ -62,6 +77,7 @@ class SandboxSettings(BaseModel):
     read_dirs: tuple[str, ...] = ()
     write_dirs: tuple[str, ...] = ()
     workdir: str | None = None
+    protected_names: tuple[str, ...] = PROTECTED_NAMES
     network: Literal["none"] = "none"
     limits: Limits = Limits()
     landlock: Literal["off", "require"] = "off"
@@ -74,6 +90,15 @@ class SandboxSettings(BaseModel):
     @classmethod
     def _check_dirs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(absolute_path(item) for item in value)
+
+    @field_validator("protected_names")
+    @classmethod
+    def _check_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if name in ("", ".", "..") or "/" in name or "\0" in name or "\n" in name:
+                raise ValueError(f"protected_names entry {name!r} must be one file or directory name "
+                                 "(no '/', not '.' or '..')")
+        return value
 
     @field_validator("workdir", "engine_path", "rootfs")
     @classmethod

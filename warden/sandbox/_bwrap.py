@@ -39,6 +39,7 @@ import trio
 from warden.egress import Attachment, SandboxEgress, warn_if_node_ignores_proxy
 from warden.errors import LaunchError, SandboxUnavailable
 from warden.launcher import LaunchSpec
+from warden.paths import within
 from warden.policy import SandboxSettings
 from warden.sandbox import _host
 from warden.sandbox._bwrap_binary import MITIGATION, BwrapBinary, locate_bwrap
@@ -70,6 +71,7 @@ from warden.sandbox._process import (
     wait_ready,
 )
 from warden.sandbox._profiles import Profiles, load_profiles
+from warden.sandbox._protected import PlantGuard, Watch, open_protected, wait_watching
 from warden.sandbox._quota import QuotaGate, WriteQuota, sandbox_pids, wait_enforcing
 from warden.sandbox._runtime import detect_runtime
 from warden.sandbox._seccomp import RuleList, compile_filter, load_rules
@@ -176,7 +178,8 @@ class BwrapChild(PipedChild):
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, sandbox_pid: int,
                  sandbox_pidfd: int | None, status_fd: int, slot: SandboxUser | None,
                  cgroup: SandboxCgroup | None = None, quota: WriteQuota | None = None,
-                 egress: Attachment | None = None) -> None:
+                 egress: Attachment | None = None,
+                 watch: Watch | None = None) -> None:
         super().__init__(process, stderr)
         self._egress = egress
         self.sandbox_pid = sandbox_pid
@@ -185,15 +188,21 @@ class BwrapChild(PipedChild):
         self._slot = slot
         self._cgroup = cgroup
         self._quota = quota
+        self._watch = watch
 
     async def wait(self) -> int:
-        """Wait for the sandbox to end, enforcing its write quota meanwhile (see :mod:`._quota`)."""
+        """Wait for the sandbox to end, enforcing its write quota (see :mod:`._quota`) and watching for a planted
+        protected entry (:mod:`._protected`) meanwhile."""
         try:
-            if self._quota is not None and self._process.returncode is None:
-                code = await wait_enforcing(self._quota, self._process.wait, stop=self._stop,
-                                            pids=lambda: sandbox_pids(self.sandbox_pid))
-            else:
+            if self._process.returncode is not None:
                 code = await self._process.wait()
+            elif self._quota is not None:
+                quota = self._quota
+                code = await wait_watching(
+                    lambda: wait_enforcing(quota, self._process.wait, stop=self._stop,
+                                           pids=lambda: sandbox_pids(self.sandbox_pid)), self._watch, self._stop)
+            else:
+                code = await wait_watching(self._process.wait, self._watch, self._stop)
         finally:
             if self._process.returncode is not None:
                 self._finish()
@@ -287,6 +296,7 @@ class BwrapLauncher:
         self._pinned = PinnedSandboxes()
         self._cgroups: MemoryCgroups | NoMemoryCgroups | None = None
         self._quota = QuotaGate(settings.write_dirs, settings.limits.write_quota_mb)
+        self._plants = PlantGuard()
         self._egress = egress
         self._node_checked = False
 
@@ -398,6 +408,7 @@ class BwrapLauncher:
                                      host_env=self._host_env, cwd=spec.cwd or os.getcwd(), state_dir=self._state_dir)
             if runtime.profile == "node":
                 warn_if_node_ignores_proxy(runtime.interpreter, await self._node_version(runtime.interpreter))
+        self._plants.admit()
         quota = await self._quota.admit()
         seals = self.seals_memfds
         program = compile_filter(rules, network=self._settings.network != "none", memfd_noexec=seals)
@@ -419,16 +430,23 @@ class BwrapLauncher:
             for name, content in plan.data.items():
                 data_fds[name] = _memfd("warden-etc", content)
                 fds.append(data_fds[name])
+            protected_fds: dict[str, int] = {}
+            for mount in plan.mounts:
+                if mount.op == "ro-bind-fd":
+                    root = next(m.dest for m in plan.mounts if m.op == "bind" and within(mount.dest, m.dest))
+                    protected_fds[mount.dest] = open_protected(mount.dest, root)
+                    fds.append(protected_fds[mount.dest])
             status_r, status_w = os.pipe2(os.O_CLOEXEC)
             fds += [status_r, status_w]
             block_r, block_w = os.pipe2(os.O_CLOEXEC)
             fds += [block_r, block_w]
-            args = bwrap_args(plan, data_fds=data_fds, seccomp_fd=seccomp_fd, status_fd=status_w, block_fd=block_r)
+            args = bwrap_args(plan, data_fds=data_fds, seccomp_fd=seccomp_fd, status_fd=status_w, block_fd=block_r,
+                              protected_fds=protected_fds)
             args_fd = _memfd("warden-bwrap-args", b"".join(a.encode() + b"\0" for a in args))
             fds.append(args_fd)
             command = ["--args", str(args_fd), "--", *plan.argv]
             join_env = cgroup.join_env(bwrap.path) if cgroup is not None else None
-            pass_fds = [args_fd, seccomp_fd, status_w, block_r, *data_fds.values()]
+            pass_fds = [args_fd, seccomp_fd, status_w, block_r, *data_fds.values(), *protected_fds.values()]
             umask = 0o002 if plan.privileged else -1
             if join_env is not None:  # born in its cgroup: no migration by pid (see warden.sandbox._cgroup)
                 process = spawn([*JOIN_SHIM, *command], env=join_env, pass_fds=pass_fds, umask=umask)
@@ -483,7 +501,7 @@ class BwrapLauncher:
             log.info("sandbox setup said: %s", preamble.decode("utf-8", "replace").strip())
         return BwrapChild(process, PrefixedReceiveStream(rest, process.stderr), sandbox_pid=sandbox_pid,
                           sandbox_pidfd=sandbox_pidfd, status_fd=status_r, slot=user, cgroup=cgroup,
-                          quota=quota, egress=egress)
+                          quota=quota, egress=egress, watch=(plan.protection, self._plants))
 
     async def _node_version(self, node: str) -> str:
         """What ``node --version`` prints, asked in a sandbox of its own (no network, no write dir): ``node`` is

@@ -44,6 +44,7 @@ from warden.sandbox._process import (
     wait_ready,
 )
 from warden.sandbox._profiles import Profiles, load_profiles
+from warden.sandbox._protected import PlantGuard, Watch, wait_watching
 from warden.sandbox._quota import QuotaGate, WriteQuota, wait_enforcing
 from warden.sandbox._runtime import Runtime, detect_runtime
 from warden.sandbox._uids import SANDBOX_GID, UID_BASE, UidSlot, check_writable_by_sandboxes
@@ -84,7 +85,8 @@ class ContainerChild(PipedChild):
     container); ``wait`` reaps the client and then removes the container, so nothing outlives it."""
 
     def __init__(self, process: SpawnedProcess, stderr: trio.abc.ReceiveStream, *, engine: str, name: str,
-                 engine_env: Mapping[str, str], slot: UidSlot | None, quota: WriteQuota | None = None) -> None:
+                 engine_env: Mapping[str, str], slot: UidSlot | None, quota: WriteQuota | None = None,
+                 watch: Watch | None = None) -> None:
         super().__init__(process, stderr)
         self._engine = engine
         self.name = name
@@ -92,6 +94,7 @@ class ContainerChild(PipedChild):
         self._slot = slot
         self._helpers: list[SpawnedProcess] = []
         self._quota = quota
+        self._watch = watch
 
     def _engine_call(self, *args: str) -> None:
         try:
@@ -106,7 +109,9 @@ class ContainerChild(PipedChild):
         """Wait for the container to end, enforcing the write quota meanwhile (the container's processes are the
         engine's, not warden's descendants: files it deleted but holds open are not counted, see ``_quota``)."""
         if self._quota is not None and self._process.returncode is None:
-            code = await wait_enforcing(self._quota, self._process.wait, pids=tuple, stop=self._stop)
+            quota = self._quota
+            code = await wait_watching(lambda: wait_enforcing(quota, self._process.wait, pids=tuple, stop=self._stop),
+                                       self._watch, self._stop)
         else:
             code = await self._process.wait()
         with trio.CancelScope(shield=True):
@@ -150,6 +155,7 @@ class ContainerLauncher:
         self._settings = settings
         self._state_dir = state_dir
         self._quota = QuotaGate(settings.write_dirs, settings.limits.write_quota_mb)
+        self._plants = PlantGuard()
         self._host_env = dict(os.environ if host_env is None else host_env)
         self._profiles: Profiles | None = None
         self._pinned = PinnedSandboxes()
@@ -214,6 +220,11 @@ class ContainerLauncher:
         for mount in plan.mounts:
             if mount.op == "tmpfs" and mount.dest != "/dev/shm":  # noqa: S108 - the engine makes its own
                 args += ["--tmpfs", f"{mount.dest}:rw,size={limits.tmp_size_mb}m,mode=1777"]
+            elif mount.op == "ro-bind-fd":
+                # A write dir's protected entry. The engine resolves the path itself (no descriptor reaches it):
+                # the survey found no symlink there just before; a sandbox sharing the write dir that swapped one
+                # in meanwhile could have its target bound here read-only (bwrap's descriptor closes that).
+                args += ["--volume", f"{mount.dest}:{mount.dest}:ro"]
             elif mount.op in ("ro-bind", "bind"):
                 if self._settings.image is not None and mount.dest not in (
                         *self._settings.read_dirs, *self._settings.write_dirs):
@@ -237,6 +248,7 @@ class ContainerLauncher:
             LaunchError: the command or a policy path is wrong.
         """
         engine = self._engine()
+        self._plants.admit()
         quota = await self._quota.admit()
         plan, runtime = self._plan(spec)
         self._manifest(spec, plan)
@@ -260,7 +272,7 @@ class ContainerLauncher:
         finally:
             os.close(env_fd)
         child = ContainerChild(process, process.stderr, engine=engine, name=name, engine_env=engine_env,
-                               slot=slot, quota=quota)
+                               slot=slot, quota=quota, watch=(plan.protection, self._plants))
         ready, preamble, rest = await wait_ready(process.stderr, START_TIMEOUT)
         if not ready:
             child.kill()

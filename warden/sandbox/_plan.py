@@ -12,7 +12,8 @@ The rule that shapes the mount order (CVE-2026-87766 class, ``sandbox-and-audit.
 points while it sets up, as root in privileged mode, and an older bwrap follows symlinks it finds on the way. A
 sandbox can leave symlinks behind only in a host directory it could write. So no mount destination ever lies
 inside a host directory the sandbox can write, and write directories do not nest; the scratch tmpfs mounts are
-fresh for every run and hold nothing the sandbox left.
+fresh for every run and hold nothing the sandbox left. The one exception is the write dirs' protected entries
+(``.git`` and the like), bound read-only over themselves from descriptors: :mod:`._protected` says why that is safe.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from typing import Any, Literal, final
 from warden.errors import LaunchError
 from warden.launcher import LaunchSpec
 from warden.paths import store_dir, within
-from warden.policy import Limits, SandboxSettings
+from warden.policy import PROTECTED_NAMES, Limits, SandboxSettings
 from warden.sandbox._process import HELD_ENV_PREFIX, ready_shim
 from warden.sandbox._profiles import BaseProfile
+from warden.sandbox._protected import Protection, survey
 from warden.sandbox._runtime import Runtime
 
-MountOp = Literal["ro-bind", "bind", "tmpfs", "dir", "symlink", "data", "bind-data", "proc", "dev"]
+MountOp = Literal["ro-bind", "bind", "ro-bind-fd", "tmpfs", "dir", "symlink", "data", "bind-data", "proc", "dev"]
 MemoryScope = Literal["sandbox", "process"]
 HOSTNAME = "mcp-sandbox"
 PRLIMIT = "/usr/bin/prlimit"
@@ -80,6 +82,8 @@ class SandboxPlan:
     launch_env: tuple[tuple[str, str], ...] = ()
     """What bwrap sets: ``env`` with the server's own variables under ``HELD_ENV_PREFIX`` (``env`` is what the
     server sees, once the last shim has put them back; see :func:`warden.sandbox._process.ready_shim`)."""
+    protection: Protection = field(default_factory=Protection)
+    """The write dirs' protected entries: those bound read-only (``ro-bind-fd`` mounts) and those watched."""
 
 
 
@@ -367,6 +371,10 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     for path in write_dirs:
         mounts.append(Mount("bind", path, path, why="granted read-write by policy (write_dirs)"))
         binds.append((path, "bind"))
+    protection = survey(write_dirs, settings.protected_names)
+    for path in protection.bound:
+        mounts.append(Mount("ro-bind-fd", path, path, why="a write dir's protected entry, kept read-only "
+                                                          "(sandbox.protected_names)"))
 
     # Order: parents before children, so later mounts land inside earlier ones, never the other way round.
     mounts.sort(key=lambda m: _sort_key(m.dest))
@@ -376,7 +384,7 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     for mount in mounts:
         for container in mounted:
             if _strictly_under(mount.dest, container.dest):
-                if container.op == "bind":
+                if container.op == "bind" and mount.op != "ro-bind-fd":
                     raise LaunchError(
                         f"{mount.dest} would be mounted inside the writable {container.dest} "
                         "(CVE-2026-87766 class: the sandbox could plant symlinks there)",
@@ -454,8 +462,10 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
         "profile": runtime.profile,
         "argv": list(runtime.argv),
         "env_names": sorted(env),
+        # Which protected entries exist changes whenever a user makes one (an editor's .vscode): the policy's
+        # names are the identity, and only when they are not the default, so that every pin stays as it was.
         "mounts": [[m.op, m.dest, m.src if m.op in ("ro-bind", "bind", "symlink") else ""]
-                   for m in ordered if m.op != "dir"],
+                   for m in ordered if m.op not in ("dir", "ro-bind-fd")],
         "workdir": workdir,
         "network": settings.network,
         "limits": settings.limits.model_dump(),
@@ -466,14 +476,20 @@ def make_plan(*, settings: SandboxSettings, runtime: Runtime, base: BaseProfile,
     }
     if runtime.package is not None:
         manifest["package"] = dict(runtime.package)
+    if settings.protected_names != PROTECTED_NAMES:
+        manifest["protected_names"] = list(settings.protected_names)
     return SandboxPlan(privileged=privileged, uid=uid, gid=gid, mounts=tuple(ordered),
                        env=tuple(sorted(env.items())), argv=argv, chdir=workdir, data=data, manifest=manifest,
-                       launch_env=tuple(sorted(launch_env.items())))
+                       launch_env=tuple(sorted(launch_env.items())), protection=protection)
 
 
 def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: int, status_fd: int,
-               block_fd: int | None = None, extra: Sequence[str] = ()) -> list[str]:
+               block_fd: int | None = None, extra: Sequence[str] = (),
+               protected_fds: Mapping[str, int] | None = None) -> list[str]:
     """Render ``plan``'s options for ``--args FD`` (nothing here reaches a command line).
+
+    ``protected_fds`` holds a descriptor for each ``ro-bind-fd`` mount's destination
+    (:func:`warden.sandbox._protected.open_protected`).
 
     bwrap takes the command itself only from its real argv, so the caller appends ``--`` and ``plan.argv``
     there: the server's own arguments, which are visible in its ``/proc/PID/cmdline`` anyway.
@@ -495,6 +511,8 @@ def bwrap_args(plan: SandboxPlan, *, data_fds: Mapping[str, int], seccomp_fd: in
             args += ["--ro-bind", mount.src, mount.dest]
         elif mount.op == "bind":
             args += ["--bind", mount.src, mount.dest]
+        elif mount.op == "ro-bind-fd":
+            args += ["--ro-bind-fd", str((protected_fds or {})[mount.dest]), mount.dest]
         elif mount.op == "tmpfs":
             args += ["--tmpfs", mount.dest]
         elif mount.op == "dir":

@@ -1,0 +1,211 @@
+"""A server that can write a project must not be able to write what programs on the host act on by themselves
+there: ``.git/config`` (a ``git status`` in a shell prompt runs its fsmonitor), ``.claude/settings.json`` hooks,
+``.mcp.json`` and the rest of ``PROTECTED_NAMES``. Real bwrap, a root warden and an unprivileged one; the server's
+writes are refused by the kernel (EROFS, EBUSY), an entry that appears while it runs stops it, and it is not
+started again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trio
+
+from tests.security.harness import IS_ROOT, UNPRIV_UID, Outcome, run_as_user, run_in_process
+from warden.errors import LaunchError
+from warden.policy import PROTECTED_NAMES
+from warden.sandbox import SandboxSettings, make_launcher
+from warden.sandbox._protected import open_protected, survey
+from warden.sandbox._uids import SANDBOX_GID
+
+pytestmark = pytest.mark.skipif(not IS_ROOT, reason="drives a root warden and an unprivileged one (setpriv), and "
+                                                    "hands the project to the sandbox's group (chgrp needs root)")
+
+FSMONITOR = "[core]\n\tfsmonitor = /tmp/pwn.sh\n"
+
+#: Everything a hostile server tries against its project, each reported as "ok" or the errno's name.
+ATTACK = r"""
+import errno, json, os, sys
+proj = sys.argv[1]
+out = {}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]
+def append(path, text):
+    with open(path, "a") as handle:
+        handle.write(text)
+attempt("append .git/config", lambda: append(f"{proj}/.git/config", "[core]\n\tfsmonitor = /tmp/pwn.sh\n"))
+attempt("new hook", lambda: append(f"{proj}/.git/hooks/pre-commit", "#!/bin/sh\n"))
+attempt("rename .git", lambda: os.rename(f"{proj}/.git", f"{proj}/old-git"))
+attempt("rmdir .git", lambda: os.rmdir(f"{proj}/.git"))
+attempt("claude hooks", lambda: append(f"{proj}/.claude/settings.json", "{}"))
+attempt("nested repo config", lambda: append(f"{proj}/vendor/.git/config", "[core]\n\tpager = /tmp/pwn.sh\n"))
+attempt("ordinary file", lambda: append(f"{proj}/notes.txt", "the server's own work\n"))
+print(json.dumps(out))
+"""
+
+
+def _project(base: Path, owner: int, group: int) -> Path:
+    """A project the sandbox can write as a whole, ``.git`` included (group-writable, or the user's own)."""
+    proj = base / "proj"
+    for directory in (proj, proj / ".git" / "hooks", proj / ".claude", proj / "vendor" / ".git"):
+        directory.mkdir(parents=True, exist_ok=True)
+    (proj / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    (proj / ".claude" / "settings.json").write_text("{}\n")
+    (proj / "vendor" / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    for root, dirs, files in os.walk(proj):
+        for name in dirs:
+            os.chown(os.path.join(root, name), owner, group)
+            os.chmod(os.path.join(root, name), 0o2775)
+        for name in files:
+            os.chown(os.path.join(root, name), owner, group)
+            os.chmod(os.path.join(root, name), 0o664)
+    os.chown(proj, owner, group)
+    proj.chmod(0o2775)
+    return proj
+
+
+@pytest.fixture(params=["root", "user"])
+def parent(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def place(parent: str) -> Iterator[tuple[Path, Path]]:
+    """(project, state dir), owned for ``parent``'s warden."""
+    base = Path(tempfile.mkdtemp(prefix="warden-protect-", dir="/var/tmp"))
+    base.chmod(0o755)
+    owner, group = (0, SANDBOX_GID) if parent == "root" else (UNPRIV_UID, UNPRIV_UID)
+    state = base / "state"
+    state.mkdir(mode=0o700)
+    os.chown(state, owner, owner)
+    yield _project(base, owner, group), state
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def _run(parent: str, settings: SandboxSettings, argv: list[str], state: Path) -> Outcome:
+    if parent == "root":
+        return trio.run(lambda: run_in_process(settings, argv, state_dir=state, timeout=30))
+    return run_as_user(settings, argv, state_dir=state, timeout=30)
+
+
+@pytest.mark.parametrize("landlock", ["off", "require"])
+def test_B08_07_a_server_cannot_write_the_projects_git_or_host_settings(parent: str, place: tuple[Path, Path],
+                                                                     landlock: str) -> None:
+    proj, state = place
+    before = sorted(str(p.relative_to(proj)) for p in proj.rglob("*"))
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),), landlock=landlock),
+                   ["/usr/bin/python3", "-c", ATTACK, str(proj)], state)
+    assert outcome.error is None, outcome
+    assert outcome.rc == 0, outcome
+    assert json.loads(outcome.stdout) == {
+        "append .git/config": "EROFS", "new hook": "EROFS", "rename .git": "EBUSY", "rmdir .git": "EBUSY",
+        "claude hooks": "EROFS", "nested repo config": "EROFS", "ordinary file": "ok"}
+    assert (proj / ".git" / "config").read_text() == "[core]\n\tbare = false\n"
+    assert (proj / "vendor" / ".git" / "config").read_text() == "[core]\n\tbare = false\n"
+    assert (proj / "notes.txt").read_text() == "the server's own work\n"
+    # no mount point was made on the host for any of it: nothing new but the server's own file
+    assert sorted(str(p.relative_to(proj)) for p in proj.rglob("*")) == sorted([*before, "notes.txt"])
+
+
+def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
+    proj, state = place
+    names = tuple(n for n in PROTECTED_NAMES if n != ".git")
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),), protected_names=names),
+                   ["/usr/bin/python3", "-c", ATTACK, str(proj)], state)
+    assert outcome.error is None, outcome
+    result = json.loads(outcome.stdout)
+    assert result["append .git/config"] == "ok"
+    assert result["claude hooks"] == "EROFS"
+
+
+@pytest.mark.parametrize("planted", [".mcp.json", "fresh/.git"])
+def test_B08_07_an_entry_planted_while_the_server_runs_stops_it_for_good(parent: str, place: tuple[Path, Path],
+                                                                   planted: str) -> None:
+    proj, state = place
+    settings = SandboxSettings(write_dirs=(str(proj),))
+    plant = (f"import os, time; p = {str(proj / planted)!r}; os.makedirs(os.path.dirname(p), exist_ok=True); "
+             "open(p, 'w').write('{}'); time.sleep(60)")
+    outcome = _run(parent, settings, ["/usr/bin/python3", "-c", plant], state)
+    assert outcome.error is None, outcome
+    assert not outcome.timed_out, outcome
+    assert outcome.rc == 128 + 9, outcome
+    assert outcome.stop_reason is not None
+    assert outcome.stop_reason.startswith(f"{proj / planted} appeared while the server could write there; "
+                                          "warden stopped the server"), outcome.stop_reason
+    assert (proj / planted).read_text() == "{}"  # left for the user to look at
+
+
+def test_a_tripped_launcher_refuses_to_start_the_server_again(place: tuple[Path, Path]) -> None:
+    proj, state = place
+
+    async def main() -> None:
+        launcher = make_launcher(SandboxSettings(write_dirs=(str(proj),)), state_dir=state)
+        from warden.launcher import LaunchSpec
+        child = await launcher.launch(LaunchSpec(argv=("/usr/bin/python3", "-c",
+                                                        f"open({str(proj / 'AGENTS.md')!r}, 'w'); "
+                                                        "import time; time.sleep(60)")))
+        await child.stdin.aclose()
+        with trio.fail_after(30):
+            assert await child.wait() == 128 + 9
+        with pytest.raises(LaunchError) as refused:
+            await launcher.launch(LaunchSpec(argv=("/usr/bin/true",)))
+        assert refused.value.message.endswith("; warden does not start it again")
+        assert refused.value.hint == "restart warden once you have looked at that entry"
+
+    trio.run(main)
+
+
+def test_a_protected_entry_that_is_a_symlink_is_refused_before_anything_runs(place: tuple[Path, Path]) -> None:
+    proj, state = place
+    shutil.rmtree(proj / ".claude")
+    (proj / ".claude").symlink_to("/etc")
+    outcome = trio.run(lambda: run_in_process(SandboxSettings(write_dirs=(str(proj),)), ["/usr/bin/true"],
+                                              state_dir=state))
+    assert outcome.error == {
+        "type": "LaunchError",
+        "message": f"{proj}/.claude is a symlink, so warden cannot keep it read-only for the server (it is a "
+                   "protected entry: programs on the host act on it)",
+        "hint": "grant a write dir that does not hold it, or leave its name out of the server's "
+                "sandbox.protected_names if the server must write it"}
+
+
+def test_the_descriptor_is_opened_without_following_a_symlink_swapped_in_after_the_survey(
+        place: tuple[Path, Path]) -> None:
+    proj, _state = place
+    protection = survey([str(proj)], PROTECTED_NAMES)
+    assert f"{proj}/.git" in protection.bound
+    assert f"{proj}/vendor/.git" in protection.bound
+    assert f"{proj}/.mcp.json" in protection.absent
+    shutil.rmtree(proj / "vendor")
+    (proj / "vendor").symlink_to("/root")  # a parent swapped: the walk must not pass it
+    with pytest.raises(LaunchError) as parent_swapped:
+        open_protected(f"{proj}/vendor/.git", str(proj))
+    assert parent_swapped.value.message == f"{proj}/vendor/.git changed while the sandbox was being set up " \
+                                           "(Not a directory)"
+    shutil.rmtree(proj / ".git")
+    (proj / ".git").symlink_to("/root")
+    with pytest.raises(LaunchError) as swapped:
+        open_protected(f"{proj}/.git", str(proj))
+    assert swapped.value.message == f"{proj}/.git became a symlink while the sandbox was being set up"
+
+
+def test_the_identity_holds_the_names_only_when_they_differ_from_the_default(place: tuple[Path, Path]) -> None:
+    proj, state = place
+    default = make_launcher(SandboxSettings(write_dirs=(str(proj),)), state_dir=state)
+    from warden.launcher import LaunchSpec
+    spec = LaunchSpec(argv=("/usr/bin/true",))
+    manifest = default.manifest(spec)
+    assert "protected_names" not in manifest
+    assert not any(m[0] == "ro-bind-fd" for m in manifest["mounts"])  # a user's new .vscode changes no pin
+    narrowed = make_launcher(SandboxSettings(write_dirs=(str(proj),), protected_names=(".git",)), state_dir=state)
+    assert narrowed.manifest(spec)["protected_names"] == [".git"]

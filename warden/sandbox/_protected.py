@@ -1,0 +1,195 @@
+"""Entries of a write dir that programs on the host act on by themselves, kept out of the server's reach.
+
+A write dir is usually a project, and a project holds files that programs on the host run or obey without asking
+(:data:`warden.policy.PROTECTED_NAMES` says which and why): a server that could write ``.git/config`` would run
+its own code on the host, outside any sandbox, the next time a shell prompt runs ``git status`` there. So every
+name of the policy's ``protected_names`` stays read-only for the server:
+
+* **An entry that exists at launch** directly in a write dir, or one level down (``PROJECT/.git`` of a write dir
+  holding several projects), is bound read-only over itself (``--ro-bind-fd``). The bind's source is an
+  ``O_PATH`` descriptor opened component by component without following symlinks, so nothing the sandbox planted
+  can make bwrap bind another host path; a protected entry that *is* a symlink is refused, since its target
+  cannot be kept read-only. These are the only mount points the plan puts inside a writable directory, against
+  its rule (CVE-2026-87766 class, see :mod:`._plan`): the destination exists, so bwrap 0.11 creates nothing for it
+  unless another process swaps a path component for a symlink during the setup. Another sandbox with the same
+  write dir cannot swap the entry itself (there it is a mount point: rename and unlink fail with EBUSY); one level
+  down it could swap the parent directory, which at worst lets bwrap create one empty directory or file on the
+  host. bwrap 0.12 closes that too.
+* **An entry that does not exist at launch** cannot be bound: its mount point would have to be created on the host,
+  inside the write dir. warden watches for it instead (:func:`watch_planted`, every :data:`WATCH_INTERVAL`
+  seconds, and for a new ``.git`` one level down): if one appears while the server runs, the server is stopped,
+  the reason becomes its audited exit reason, and it is not started again until warden restarts (whose launch
+  then binds the entry read-only). The entry is left where it is, for the user to look at: warden cannot tell
+  whether the server or the user made it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, final
+
+import trio
+
+from warden.errors import LaunchError
+
+__all__ = ["WATCH_INTERVAL", "PlantGuard", "Protection", "Watch", "open_protected", "survey", "wait_watching"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two looks for a protected entry that appeared.
+WATCH_INTERVAL: Final = 0.5
+_GIT = ".git"
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """What one launch keeps read-only (``bound``: existing entries) and watches for (the rest)."""
+
+    bound: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    """Protected entries that did not exist at launch, directly in a write dir."""
+    roots: tuple[str, ...] = ()
+    """Write dirs whose subdirectories are watched for a new ``.git`` (when ``.git`` is protected)."""
+
+    @property
+    def watches(self) -> bool:
+        """There is something to watch for while the server runs."""
+        return bool(self.absent or self.roots)
+
+    def planted(self) -> str | None:
+        """The first protected entry that exists now and did not at launch, said as a reason to stop the server;
+        None when there is none. Blocks (``lstat``, and a listing of each write dir)."""
+        for path in self.absent:
+            if os.path.lexists(path):
+                return _reason(path)
+        bound = set(self.bound)
+        for root in self.roots:
+            for path in _nested_git(root):
+                if path not in bound:
+                    return _reason(path)
+        return None
+
+
+def _reason(path: str) -> str:
+    return (f"{path} appeared while the server could write there; warden stopped the server because it may have "
+            "planted it (programs on the host act on that entry by themselves). Look at it before you use that "
+            "directory with git, an editor or an MCP host, then restart warden")
+
+
+def _nested_git(root: str) -> list[str]:
+    """``DIR/.git`` for every directory ``DIR`` directly in ``root`` that has one (symlinks are not followed)."""
+    found = []
+    try:
+        entries = list(os.scandir(root))
+    except OSError:
+        return []  # the write dir went away or became unreadable: nothing in it reaches the host's tools
+    for entry in entries:
+        if entry.name != _GIT and entry.is_dir(follow_symlinks=False):
+            path = os.path.join(entry.path, _GIT)
+            if os.path.lexists(path):
+                found.append(path)
+    return found
+
+
+def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
+    """Sort the protected entries of ``write_dirs`` (resolved paths) into bound and watched.
+
+    Raises:
+        LaunchError: a protected entry is a symlink (its target could not be kept read-only).
+    """
+    bound: list[str] = []
+    absent: list[str] = []
+    for root in write_dirs:
+        candidates = [os.path.join(root, name) for name in names]
+        if _GIT in names:
+            candidates += _nested_git(root)
+        for path in candidates:
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                absent.append(path)
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                raise LaunchError(
+                    f"{path} is a symlink, so warden cannot keep it read-only for the server (it is a protected "
+                    "entry: programs on the host act on it)",
+                    hint="grant a write dir that does not hold it, or leave its name out of the server's "
+                         "sandbox.protected_names if the server must write it")
+            bound.append(path)
+    roots = tuple(write_dirs) if _GIT in names else ()
+    return Protection(bound=tuple(bound), absent=tuple(absent), roots=roots)
+
+
+def open_protected(path: str, root: str) -> int:
+    """An ``O_PATH`` descriptor of ``path`` (inside the write dir ``root``), opened one component at a time
+    without following a symlink, for bwrap's ``--ro-bind-fd``.
+
+    Raises:
+        LaunchError: ``path`` became a symlink (or went away) since the launch was planned.
+    """
+    flags = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
+    parts = os.path.relpath(path, root).split("/")
+    fd = os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for index, part in enumerate(parts):
+            following = os.open(part, flags if index == len(parts) - 1 else flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = following
+        link = stat.S_ISLNK(os.fstat(fd).st_mode)  # O_PATH | O_NOFOLLOW opens a symlink itself
+    except OSError as exc:
+        os.close(fd)
+        raise LaunchError(f"{path} changed while the sandbox was being set up ({exc.strerror})",
+                          hint="start the server again; if this repeats, something else is writing there") from exc
+    if link:
+        os.close(fd)
+        raise LaunchError(f"{path} became a symlink while the sandbox was being set up",
+                          hint="look at what wrote it; warden does not bind a protected entry that is a symlink")
+    return fd
+
+
+@final
+class PlantGuard:
+    """One server's watch across its launches (a launcher holds one): once a protected entry appeared, the server
+    is not started again in this warden (the entry is still there)."""
+
+    def __init__(self) -> None:
+        self.tripped: str | None = None
+
+    def admit(self) -> None:
+        """Raises ``LaunchError`` when a protected entry appeared during an earlier launch."""
+        if self.tripped is not None:
+            raise LaunchError(f"{self.tripped}; warden does not start it again",
+                              hint="restart warden once you have looked at that entry")
+
+
+#: What a sandboxed child watches for, and the guard it trips.
+Watch = tuple[Protection, PlantGuard]
+
+
+async def wait_watching(wait: Callable[[], Awaitable[int]], watch: Watch | None, stop: Callable[[str], None]) -> int:
+    """``await wait()`` (the sandbox's exit status) while :func:`watch_planted` looks for a planted entry."""
+    if watch is None or not watch[0].watches:
+        return await wait()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch_planted, *watch, stop)
+        code = await wait()
+        nursery.cancel_scope.cancel()
+    return code
+
+
+async def watch_planted(protection: Protection, guard: PlantGuard, stop: Callable[[str], None]) -> None:
+    """Look for a planted entry every :data:`WATCH_INTERVAL` seconds until one appears, then trip ``guard`` and
+    ``stop(reason)`` (which must kill the whole sandbox). Runs until cancelled otherwise."""
+    while True:
+        await trio.sleep(WATCH_INTERVAL)
+        reason = await trio.to_thread.run_sync(protection.planted, abandon_on_cancel=True)
+        if reason is not None:
+            log.warning("stopping the server: %s", reason)
+            guard.tripped = reason
+            stop(reason)
+            return
