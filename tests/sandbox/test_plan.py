@@ -82,6 +82,24 @@ def test_system_paths_cannot_be_writable(state_dir: Path, path: str) -> None:
         plan(SandboxSettings(write_dirs=(path,)), state_dir=state_dir)
 
 
+def test_a_home_directory_or_one_holding_it_cannot_be_writable(state_dir: Path, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that could write ~ would write ~/.bashrc or ~/.ssh/authorized_keys and run code as its user."""
+    home = tmp_path / "people" / "me"
+    home.mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    for granted in (home, home.parent):
+        with pytest.raises(LaunchError) as refused:
+            plan(SandboxSettings(write_dirs=(str(granted),)), state_dir=state_dir)
+        assert refused.value.message == (
+            f"{granted} cannot be made writable for a server: it holds the home directory {home}, whose shell "
+            "startup files, ~/.ssh and ~/.config would let the server run code as its user")
+        assert refused.value.hint == "grant a project or workspace directory inside it instead"
+    project = home / "project"
+    project.mkdir()
+    plan(SandboxSettings(write_dirs=(str(project),)), state_dir=state_dir)  # a project inside it is fine
+
+
 def test_state_dir_is_never_exposed(state_dir: Path, tmp_path: Path) -> None:
     """Security invariant 5: pins, keys and the audit log are never visible inside a sandbox, however the path is
     spelled (``..`` is refused when the settings are read; a symlink is resolved here)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import pwd
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -239,10 +240,17 @@ def check_dirs(settings: SandboxSettings, *, state_dir: str, scratch_tmp: str,
 
     for path in (*read_dirs, *write_dirs):
         _check_bind_source(path, state_real)
+    homes = _home_dirs()
     for path in write_dirs:
         if path in _FORBIDDEN_WRITE or any(within(path, root) for root in ("/usr", "/etc", "/boot", "/proc")):
             raise LaunchError(f"{path} cannot be made writable for a server",
                               hint="grant a project or workspace directory instead")
+        home = next((home for home in homes if within(home, path)), None)
+        if home is not None:
+            raise LaunchError(
+                f"{path} cannot be made writable for a server: it holds the home directory {home}, whose shell "
+                "startup files, ~/.ssh and ~/.config would let the server run code as its user",
+                hint="grant a project or workspace directory inside it instead")
     for path in (*read_dirs, *write_dirs):
         if within(scratch_tmp, path) or within(scratch_home, path):
             raise LaunchError(f"{path} would replace the sandbox's private scratch space ({scratch_tmp}, "
@@ -266,6 +274,16 @@ def check_dirs(settings: SandboxSettings, *, state_dir: str, scratch_tmp: str,
             raise LaunchError(f"write_dirs entry {given} is nested with another write dir",
                               hint="grant only the outer directory")
     return read_dirs, write_dirs, in_writable
+
+
+def _home_dirs() -> set[str]:
+    """The home directory of every user who can log in (resolved), and warden's own ``~``: none may become a write
+    dir. Homes that are system directories (``/``, ``/bin``) are covered by the system-path rules; a service
+    account's (``/var/www``, shell ``nologin``) runs no startup files."""
+    homes = {os.path.expanduser("~"), *(entry.pw_dir for entry in pwd.getpwall()
+                                        if not entry.pw_shell.endswith(("/nologin", "/false")))}
+    return {os.path.realpath(home) for home in homes
+            if home.startswith("/") and home != "/" and os.path.isdir(home)} - set(_FORBIDDEN_WRITE)
 
 
 def _check_bind_source(path: str, state_real: str) -> None:
