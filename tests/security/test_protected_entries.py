@@ -128,7 +128,7 @@ def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tup
     assert result["claude hooks"] == "EROFS"
 
 
-@pytest.mark.parametrize("planted", [".mcp.json", "fresh/.git"])
+@pytest.mark.parametrize("planted", [".mcp.json", "fresh/.git", "\x1b]52;c;cHduZWQ=\x07\u202e/.git"])
 def test_B08_07_an_entry_planted_while_the_server_runs_stops_it_for_good(parent: str, place: tuple[Path, Path],
                                                                    planted: str) -> None:
     proj, state = place
@@ -140,7 +140,8 @@ def test_B08_07_an_entry_planted_while_the_server_runs_stops_it_for_good(parent:
     assert not outcome.timed_out, outcome
     assert outcome.rc == 128 + 9, outcome
     assert outcome.stop_reason is not None
-    assert outcome.stop_reason.startswith(f"{proj / planted} appeared while the server could write there; "
+    shown = str(proj / planted).replace("\x1b", "\\x1b").replace("\x07", "\\x07").replace("\u202e", "<U+202E>")
+    assert outcome.stop_reason.startswith(f"{shown} appeared while the server could write there; "
                                           "warden stopped the server"), outcome.stop_reason
     assert (proj / planted).read_text() == "{}"  # left for the user to look at
 

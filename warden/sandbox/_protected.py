@@ -35,6 +35,7 @@ from typing import Final, final
 import trio
 
 from warden.errors import LaunchError
+from warden.escape import for_terminal
 
 __all__ = ["WATCH_INTERVAL", "PlantGuard", "Protection", "Watch", "open_protected", "survey", "wait_watching"]
 
@@ -76,9 +77,11 @@ class Protection:
 
 
 def _reason(path: str) -> str:
-    return (f"{path} appeared while the server could write there; warden stopped the server because it may have "
-            "planted it (programs on the host act on that entry by themselves). Look at it before you use that "
-            "directory with git, an editor or an MCP host, then restart warden")
+    """Why the server is stopped. ``path`` may hold a name the server chose (a directory it made): it is escaped
+    here, once, since the reason travels to the log, the audit log and the host's error message alike."""
+    return (f"{for_terminal(path)} appeared while the server could write there; warden stopped the server "
+            "because it may have planted it (programs on the host act on that entry by themselves). Look at it "
+            "before you use that directory with git, an editor or an MCP host, then restart warden")
 
 
 def _nested_git(root: str) -> list[str]:
