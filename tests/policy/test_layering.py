@@ -50,11 +50,13 @@ table = st.fixed_dictionaries({}, optional={
     "audit_arguments": st.sampled_from(AUDIT_ORDER), "tools": rules, "capabilities": caps, "arguments": arg_rules,
     "install_scripts": st.sampled_from(INSTALL_SCRIPTS_ORDER), "release_age_hours": st.integers(0, 400),
     "shared": st.booleans()})
+protected_names = st.lists(st.sampled_from([".git", ".claude", "Makefile", ".mcp.json"]), max_size=3, unique=True)
 sandbox = st.fixed_dictionaries({"kind": st.sampled_from(["bwrap", "container", "none"])}, optional={
     "read_dirs": st.lists(st.sampled_from(DIRS), max_size=2), "write_dirs": st.lists(st.sampled_from(DIRS),
                                                                                      max_size=2),
     "limits": st.fixed_dictionaries({}, optional={"memory_mb": st.integers(64, 8192),
-                                                  "processes": st.integers(8, 1024)})})
+                                                  "processes": st.integers(8, 1024)}),
+    "protected_names": protected_names})
 user_entry = table.flatmap(lambda t: st.fixed_dictionaries(
     {}, optional={"sandbox": sandbox, "env": st.lists(st.sampled_from(["A", "B_KEY", "C"]), max_size=2)}).map(
     lambda extra: {**t, **extra}))
@@ -66,7 +68,8 @@ org_table = st.fixed_dictionaries({}, optional={
     "sandbox_kinds": st.lists(st.sampled_from(["bwrap", "container", "none"]), min_size=1, max_size=3),
     "read_dirs": st.lists(st.sampled_from(DIRS), max_size=2), "write_dirs": st.lists(st.sampled_from(DIRS),
                                                                                      max_size=2),
-    "limits": st.fixed_dictionaries({}, optional={"memory_mb": st.integers(64, 8192)})})
+    "limits": st.fixed_dictionaries({}, optional={"memory_mb": st.integers(64, 8192)}),
+    "protected_names": protected_names})
 org_files = st.fixed_dictionaries({"org": org_table}, optional={"defaults": table, "servers": st.fixed_dictionaries(
     {}, optional={"s": table})})
 
@@ -163,6 +166,7 @@ def test_no_user_config_widens_the_org(org: dict[str, Any], user: dict[str, Any]
                 assert all(any(within(d, b) for b in o[key]) for d in dirs)
     if "limits" in o and "memory_mb" in o["limits"]:
         assert sb.limits.memory_mb <= o["limits"]["memory_mb"]
+    assert set(o.get("protected_names", ())) <= set(sb.protected_names)  # an org's name is kept whatever the user says
 
 
 def test_unsandboxed_needs_the_org_to_say_so(tmp_path: Path) -> None:
@@ -182,3 +186,10 @@ def test_every_setting_the_org_lowers_is_noted_for_explain() -> None:
     assert (eff.sampling.value, eff.sampling_context.value) == ("off", False)
     lowered = sorted(note.split(" = ", 1)[0] for note in eff.notes if " lowered to " in note)
     assert lowered == ["capabilities.sampling", "capabilities.sampling_context"]
+
+
+def test_an_org_keeps_its_protected_names_in_every_server_and_says_so() -> None:
+    user = {"servers": {"git": {"command": "srv", "sandbox": {"protected_names": [".claude"]}}}}
+    eff = _policy({"org": {"protected_names": [".git", ".claude"]}}, user).server("git")
+    assert eff.sandbox.value.protected_names == (".claude", ".git")
+    assert "sandbox.protected_names gained .git from org org.toml:None (org.protected_names)" in eff.notes

@@ -387,6 +387,11 @@ class EffectivePolicy:
                                      f"{src(('org', 'limits', key))}")
                 if clamped:
                     sandbox = sandbox.model_copy(update={"limits": sandbox.limits.model_copy(update=clamped)})
+            added = [name for name in o.protected_names if name not in sandbox.protected_names]
+            if added:
+                sandbox = sandbox.model_copy(update={"protected_names": (*sandbox.protected_names, *added)})
+                notes.append(f"sandbox.protected_names gained {', '.join(added)} from "
+                             f"{src(('org', 'protected_names'))}")
 
         def least(order: Sequence[Any], attrs: tuple[str, ...], default: Any) -> Setting[Any]:
             u = user.pick(attrs) or Setting(default, Source("default", None, None, ".".join(attrs)))

@@ -29,7 +29,7 @@ from warden.paths import absolute_path
 from warden.policy._glob import check_glob
 from warden.policy._rate import DEFAULT_ELICITATION_RATE, check_rate
 from warden.policy._regex import check_linear
-from warden.policy._sandbox import Limits, SandboxSettings
+from warden.policy._sandbox import Limits, SandboxSettings, check_protected_names
 from warden.policy._values import check_env_table, check_env_value, references, secret_reference
 
 OnNew = Literal["ask", "deny", "tofu"]
@@ -281,6 +281,13 @@ class OrgTable(_Strict):
     read_dirs: tuple[AbsDir, ...] | None = None
     write_dirs: tuple[AbsDir, ...] | None = None
     limits: OrgLimits | None = None  # type: ignore[valid-type]
+    protected_names: tuple[str, ...] = Field(default=(), description="write-dir entries every server keeps "
+                                             "read-only, whatever its own protected_names say")
+
+    @field_validator("protected_names")
+    @classmethod
+    def _check_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return check_protected_names(value)
 
 
 def _approval_url(v: str) -> str:

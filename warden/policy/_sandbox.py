@@ -57,6 +57,19 @@ PROTECTED_NAMES: tuple[str, ...] = (
 )
 
 
+def check_protected_names(value: tuple[str, ...]) -> tuple[str, ...]:
+    """Each protected name is one entry of a write dir: a file or directory name, nothing a path could climb with.
+
+    Raises:
+        ValueError: naming the entry.
+    """
+    for name in value:
+        if name in ("", ".", "..") or "/" in name or "\0" in name or "\n" in name:
+            raise ValueError(f"protected_names entry {name!r} must be one file or directory name "
+                             "(no '/', not '.' or '..')")
+    return value
+
+
 class SandboxSettings(BaseModel):
     """How one server is isolated. The default is the strongest: bwrap, no network, nothing writable.
 
@@ -94,11 +107,7 @@ class SandboxSettings(BaseModel):
     @field_validator("protected_names")
     @classmethod
     def _check_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            if name in ("", ".", "..") or "/" in name or "\0" in name or "\n" in name:
-                raise ValueError(f"protected_names entry {name!r} must be one file or directory name "
-                                 "(no '/', not '.' or '..')")
-        return value
+        return check_protected_names(value)
 
     @field_validator("workdir", "engine_path", "rootfs")
     @classmethod
