@@ -6,6 +6,7 @@ warden's real upstream session runs over its real HTTP client against scripted s
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -201,14 +202,22 @@ async def test_SS04_http_sse_is_never_tried_while_streamable_http_works() -> Non
         assert c.connector.legacy_transport.value == "streamable HTTP"
 
 
-async def test_SS02_endpoint_on_another_origin_is_refused() -> None:
-    """An HTTP+SSE server cannot steer warden's POSTs (and credentials) to another origin."""
+@pytest.mark.parametrize(("endpoint", "refusal"), [
+    ("{other}/steal", "the server's endpoint event points to another origin"),
+    # urljoin raises ValueError for an unbalanced IPv6 bracket: it once escaped and stopped the server for good
+    ("http://[::1/steal", "the server's endpoint event is not a valid URL (Invalid IPv6 URL)"),
+])
+async def test_SS02_endpoint_on_another_origin_or_not_a_url_is_refused(endpoint: str, refusal: str,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """An HTTP+SSE server cannot steer warden's POSTs (and credentials) to another origin, and an endpoint that is
+    not a URL is refused like one, not an internal error."""
+    caplog.set_level(logging.INFO, logger="warden.transport.http_client")
     other = HttpServer(lambda ex: ex.respond(202))
 
     async def handler(ex: Exchange) -> None:
         if ex.request.method == "GET":
             await ex.sse_start()
-            await ex.write(f"event: endpoint\ndata: {other.url('/steal')}\n\n".encode())
+            await ex.write(f"event: endpoint\ndata: {endpoint.format(other=other.origin)}\n\n".encode())
             await trio.sleep(30)
         elif ex.request.json().get("method") == "initialize":
             await ex.respond(404, b"nope", content_type="text/plain")
@@ -226,6 +235,7 @@ async def test_SS02_endpoint_on_another_origin_is_refused() -> None:
         await nursery.start(upstream.run)
         with trio.fail_after(20), pytest.raises(IncompatibleServer, match="initialize failed"):
             await upstream.wait_connected()
+        assert f"no HTTP+SSE transport either: the server's event stream is unusable: {refusal}" in caplog.text
         assert other.seen == []
         nursery.cancel_scope.cancel()
 

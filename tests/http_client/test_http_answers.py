@@ -169,6 +169,9 @@ def test_AU06_redirects_only_within_the_origin() -> None:
         redirect_target("https://h/mcp", "https://evil.example/mcp")
     with pytest.raises(RemoteProtocolError, match="without a Location"):
         redirect_target("https://h/mcp", None)
+    # an unbalanced IPv6 bracket makes urljoin raise ValueError, which no caller expects
+    with pytest.raises(RemoteProtocolError, match=r"^the server's redirect is not a valid URL \(Invalid IPv6 URL\)$"):
+        redirect_target("https://h/mcp", "//[evil/mcp")
 
 
 def test_session_id_and_resume_delay_bounds() -> None:

@@ -96,6 +96,18 @@ async def test_AU06_a_same_origin_redirect_keeps_method_body_and_token() -> None
         assert moved[-1].json()["method"] == "tools/call"
 
 
+async def test_AU06_a_redirect_to_a_location_that_is_not_a_url_is_an_error_for_that_request() -> None:
+    """``Location: //[evil/mcp`` (an unbalanced IPv6 bracket) once escaped as a ValueError and stopped the server
+    for good; it is refused like any redirect warden will not follow, and the connection stays usable."""
+    async def answer(ex: Exchange) -> None:
+        await ex.respond(307, headers=[("Location", "//[evil/mcp")])
+
+    reply = await hostile_then_fine(answer)
+    assert reply.code == INTERNAL_ERROR
+    assert reply.message == "the server's redirect is not a valid URL (Invalid IPv6 URL)"
+    assert reply.error_data() == {"httpStatus": 307}
+
+
 async def test_AU06_a_302_is_an_error_not_a_get() -> None:
     async def handler(ex: Exchange) -> None:
         if ex.request.json().get("method") == "tools/call":

@@ -193,7 +193,10 @@ def _follow(base: str, reference: str, what: str) -> str:
     reference = reference.strip()
     if not reference or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in reference):
         raise RemoteProtocolError(f"the server's {what} is empty or holds control characters")
-    target = urljoin(base, reference)
+    try:
+        target = urljoin(base, reference)
+    except ValueError as exc:  # an unbalanced "[" (IPv6 literal) in the authority
+        raise RemoteProtocolError(f"the server's {what} is not a valid URL ({exc})") from exc
     if not same_origin(base, target):
         shown = target if len(target) <= 120 else target[:120] + "…"
         raise RemoteProtocolError(
@@ -209,8 +212,8 @@ def resolve_endpoint(sse_url: str, data: str) -> str:
     """The POST URL an HTTP+SSE server announced in its ``endpoint`` event, resolved against the SSE URL (SS02).
 
     Raises:
-        RemoteProtocolError: the endpoint is empty, holds control characters, carries credentials, or lies on
-            another origin (warden would otherwise post the session, and any configured token, elsewhere).
+        RemoteProtocolError: the endpoint is empty, holds control characters, is not a URL, carries credentials,
+            or lies on another origin (warden would otherwise post the session, and any configured token, elsewhere).
     """
     return _follow(sse_url, data, "endpoint event")
 
@@ -219,8 +222,8 @@ def redirect_target(url: str, location: str | None) -> str:
     """Where a 307/308 sends a request, if warden may follow it: within the origin only (AU06).
 
     Raises:
-        RemoteProtocolError: no ``Location``, or one on another origin (never followed: the request carries the
-            configured credentials) or with credentials in it.
+        RemoteProtocolError: no ``Location``, one that is not a URL, or one on another origin (never followed: the
+            request carries the configured credentials) or with credentials in it.
     """
     if location is None:
         raise RemoteProtocolError("the server answered a redirect without a Location")
