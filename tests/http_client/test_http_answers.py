@@ -20,6 +20,7 @@ from warden.protocol.http_answers import (
     redirect_target,
     request_outcome,
     resolve_endpoint,
+    resumable_event_id,
     resume_delay,
     same_origin,
     valid_session_id,
@@ -181,6 +182,10 @@ def test_session_id_and_resume_delay_bounds() -> None:
     assert not valid_session_id("tab\t")
     assert not valid_session_id("é")
     assert not valid_session_id("a" * 1025)
+    assert resumable_event_id("stream-1_ev 42") == "stream-1_ev 42"
+    assert resumable_event_id("x" * 1024) == "x" * 1024
+    for unsendable in ("", "é", "ev\x01", "ev\x7f", "ev\t1", " ev", "ev ", "x" * 1025):
+        assert resumable_event_id(unsendable) == ""
     assert resume_delay(None) == 1.0
     assert resume_delay(500) == 0.5
     assert resume_delay(0) == 0.0

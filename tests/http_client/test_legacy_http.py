@@ -241,6 +241,31 @@ async def test_HL11_get_stream_closed_is_resumed_from_its_last_event() -> None:
         assert [g.header("last-event-id") for g in gets] == [None, "g-1"]
 
 
+@pytest.mark.parametrize("event_id", ["ev-\u00e9", "ev-\x01", "x" * 1025])
+async def test_HL11_an_event_id_no_header_can_carry_is_not_resumed_with(event_id: str) -> None:
+    """An SSE id may be any text; ``Last-Event-ID`` may not. A non-ASCII id once reached httpx, which raised
+    UnicodeEncodeError out of the request's task: the server was stopped for good. Such an id counts as none: that
+    request fails like one on a stream without ids, and the connection stays usable."""
+    calls = 0
+
+    async def on_call(ex: Exchange, body: dict[str, Any]) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            return False
+        await ex.sse_start()
+        await ex.write(f"id: {event_id}\nretry: 10\ndata: \n\n".encode())
+        return True
+
+    async with connected(LegacyMock(on_call=on_call)) as c:
+        reply = await c.call("echo")
+        assert reply.code == CONNECTION_CLOSED
+        assert reply.message == ("tools/call: the event stream ended before the response, and it could not be "
+                                 "resumed")
+        assert not [s for s in c.server.seen if s.method == "GET" and s.header("last-event-id")]
+        assert (await c.call("echo")).ok
+
+
 async def test_HL11_stream_without_event_id_cannot_be_resumed_and_the_request_fails() -> None:
     async def on_call(ex: Exchange, body: dict[str, Any]) -> bool:
         await ex.sse_start()

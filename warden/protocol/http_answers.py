@@ -14,7 +14,8 @@ nothing (a notification accepted). The rules live here, apart from the sockets, 
   with 400, 404 or 405 means "try the 2024-11-05 HTTP+SSE transport";
 * :func:`resolve_endpoint`, :func:`redirect_target`, :func:`same_origin` - where warden may send a message (and
   the credentials that go with it): only to the configured origin (AU06);
-* :func:`valid_session_id`, :func:`resume_delay` - small bounds on what a server may make warden do.
+* :func:`valid_session_id`, :func:`resumable_event_id`, :func:`resume_delay` - small bounds on what a server may
+  make warden do.
 
 How the era probe reads these outcomes (ER09-ER11). warden's first POST is ``server/discover`` with every modern
 header. A success delivered here is read by :class:`~warden.protocol.probe.StdioProbe` like any other answer: a
@@ -48,6 +49,7 @@ from warden.protocol.messages import (
 
 __all__ = [
     "DEFAULT_RESUME_DELAY",
+    "MAX_EVENT_ID_LENGTH",
     "MAX_RESUME_DELAY",
     "MAX_SESSION_ID_LENGTH",
     "AnswerKind",
@@ -58,6 +60,7 @@ __all__ = [
     "redirect_target",
     "request_outcome",
     "resolve_endpoint",
+    "resumable_event_id",
     "resume_delay",
     "same_origin",
     "valid_session_id",
@@ -71,6 +74,8 @@ MAX_RESUME_DELAY: Final = 60.0
 """A server's ``retry`` is honoured up to this many seconds; a larger one cannot park a request for hours."""
 MAX_SESSION_ID_LENGTH: Final = 1024
 _SESSION_ID: Final = re.compile(r"[\x21-\x7e]+")
+MAX_EVENT_ID_LENGTH: Final = 1024
+_EVENT_ID: Final = re.compile(r"[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?")
 _DEFAULT_PORTS: Final = {"http": 80, "https": 443}
 _SNIPPET: Final = 200
 
@@ -233,6 +238,17 @@ def redirect_target(url: str, location: str | None) -> str:
 def valid_session_id(value: str) -> bool:
     """An ``Mcp-Session-Id`` is visible ASCII (0x21-0x7E) only; warden also bounds its length."""
     return len(value) <= MAX_SESSION_ID_LENGTH and _SESSION_ID.fullmatch(value) is not None
+
+
+def resumable_event_id(value: str) -> str:
+    """The ``Last-Event-ID`` that resumes a stream whose last event id was ``value``, or ``""`` (not resumable).
+
+    An SSE id may be any text without NUL, a header value may not: non-ASCII would not even encode (httpx raises
+    a bare UnicodeEncodeError), a control character breaks the request. So the id goes back only when it is
+    printable ASCII without surrounding spaces and at most :data:`MAX_EVENT_ID_LENGTH` characters; any other id
+    counts as none, and the stream is not resumed.
+    """
+    return value if len(value) <= MAX_EVENT_ID_LENGTH and _EVENT_ID.fullmatch(value) else ""
 
 
 def resume_delay(retry_ms: int | None, *, default: float = DEFAULT_RESUME_DELAY) -> float:

@@ -41,6 +41,7 @@ from warden.protocol.http_answers import (
     redirect_target,
     request_outcome,
     resolve_endpoint,
+    resumable_event_id,
 )
 from warden.protocol.messages import ErrorResponse, Message, Response, parse_message
 from warden.protocol.sse import SSEError, SSEParser
@@ -364,7 +365,8 @@ class HttpExchange:
             raise Unanswered(f"the server's event stream is unusable: {exc.message}", status) from exc
         except (httpx.HTTPError, httpx.StreamError) as exc:
             return Broken(f"the event stream broke: {map_http_error(exc, self.label).message}",
-                           parser.last_event_id, parser.retry)
+                           resumable_event_id(parser.last_event_id), parser.retry)
         parser.close()
-        return Broken("the event stream ended before the response", parser.last_event_id, parser.retry)
+        return Broken("the event stream ended before the response", resumable_event_id(parser.last_event_id),
+                      parser.retry)
 
