@@ -243,6 +243,20 @@ async def test_token_answer_without_token_type_is_refused(nursery: trio.Nursery,
     assert ACCESS not in "\n".join(r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize("access", ["zq7-\u00e9", "zq7\r\nX-Injected: 1", "zq7\x00", "zq7 and more"])
+async def test_an_access_token_no_header_can_carry_is_refused_and_never_shown(
+        nursery: trio.Nursery, tmp_path: Any, caplog: pytest.LogCaptureFixture, access: str) -> None:
+    """A non-ASCII access token once reached httpx, which raised UnicodeEncodeError out of the request's task (the
+    server was stopped for good); one with CR LF made h11 refuse the header with an error quoting it, token and all,
+    into the log and the host's error. Both are refused at the token answer, without showing the token."""
+    caplog.set_level(logging.DEBUG)
+    harness = await refused(nursery, tmp_path, FakeAuth(token={"access_token": access}), TokenError,
+                            r"the token answer's access_token holds characters other than printable ASCII "
+                            r"\(RFC 6749 A\.12\); no Authorization header can carry it$")
+    assert harness.store.tokens(harness.url, harness.fake.origin) is None
+    assert "zq7" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
 async def test_forged_redirects_neither_get_a_token_nor_end_the_authorization(nursery: trio.Nursery,
                                                                               tmp_path: Any) -> None:
     """Another page in the user's browser, or another local user, reaches warden's loopback redirect before the

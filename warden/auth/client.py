@@ -12,7 +12,8 @@ which says whether the request is worth sending again. What happens in between:
   always per authorization server, never reused at another (SEP-2352);
 * **authorization code with PKCE S256** through authlib, with ``resource`` (RFC 8707) on both the authorization
   and the token request, ``state`` checked at the loopback redirect (:mod:`warden.auth.redirect`), ``iss`` checked
-  against the issuer (RFC 9207), and a token response without ``token_type`` refused;
+  against the issuer (RFC 9207), and a token response without ``token_type``, or with an access token no header can
+  carry, refused;
 * **scopes**: the challenge's ``scope``, else everything the resource metadata lists, else none; ``offline_access``
   only where the authorization server lists it; on 403 ``insufficient_scope`` one step-up to the union of what was
   asked before and what the challenge names - never again for scopes the token already has;
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -65,6 +67,8 @@ MAX_TOKEN_RESPONSE: Final = 64 * 1024
 EXPIRY_MARGIN: Final = 30.0
 """Seconds before a token runs out that warden refreshes it, so it does not expire on its way to the server."""
 _AUTH_METHODS: Final = ("none", "client_secret_basic", "client_secret_post")
+_ACCESS_TOKEN: Final = re.compile(r"[\x21-\x7e]+")
+"""An access token warden can put after ``Bearer``: RFC 6749 A.12's VSCHAR, less the space that would split it."""
 """Token endpoint authentication warden can do, in the order it prefers them for a registration it makes (a
 native client cannot keep a secret, so a public client comes first)."""
 
@@ -446,6 +450,11 @@ class OAuthClient:
         kind = token.get("token_type")
         if not isinstance(access, str) or not access:
             raise TokenError(f"{self._name}: the token answer has no access_token")
+        if not _ACCESS_TOKEN.fullmatch(access):
+            # Never shown: it is a credential. Non-ASCII would not encode into the header, a control character
+            # would break the request (and the HTTP library's error quotes the header, token and all).
+            raise TokenError(f"{self._name}: the token answer's access_token holds characters other than "
+                             "printable ASCII (RFC 6749 A.12); no Authorization header can carry it")
         if not isinstance(kind, str) or not kind:
             raise TokenError(f"{self._name}: the token answer has no token_type (RFC 6749 §5.1 requires it); "
                              "warden does not guess how to use the token")
