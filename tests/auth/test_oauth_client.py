@@ -8,6 +8,8 @@ listener, as a user who clicks Allow would.
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
 import stat
 from collections.abc import Awaitable, Callable
@@ -20,7 +22,7 @@ import pytest
 import trio
 
 from tests.auth.fake_auth import ACCESS, CODE, REFRESH, Clock, FakeAuth, follow
-from tests.http_client.httpserver import HttpServer
+from tests.http_client.httpserver import Exchange, HttpServer
 from warden.auth import (
     CredentialStore,
     DiscoveryError,
@@ -255,6 +257,29 @@ async def test_an_access_token_no_header_can_carry_is_refused_and_never_shown(
                             r"\(RFC 6749 A\.12\); no Authorization header can carry it$")
     assert harness.store.tokens(harness.url, harness.fake.origin) is None
     assert "zq7" not in "\n".join(r.getMessage() for r in caplog.records)
+
+
+async def test_a_compressed_token_answer_is_refused_before_it_is_inflated(nursery: trio.Nursery,
+                                                                        tmp_path: Any) -> None:
+    """warden asks for identity and bounds the token answer at 64 KiB on the wire; httpx then undid any gzip the
+    server applied anyway, so 32 KiB of gzip became a 32 MiB token in memory (and layered gzip, which httpx undoes
+    up to five times, gigabytes). A compressed answer is now refused before a byte of it is read."""
+    fake = FakeAuth()
+    token = {"access_token": "a" * (32 * 1024 * 1024), "token_type": "Bearer"}
+    bomb = gzip.compress(json.dumps(token).encode(), compresslevel=9)
+    assert len(bomb) < 64 * 1024
+    answer_all_else = fake.server.handler
+
+    async def handler(ex: Exchange) -> None:
+        if ex.request.path == "/token":
+            await ex.respond(200, bomb, [("Content-Encoding", "gzip")], content_type="application/json")
+        else:
+            await answer_all_else(ex)
+
+    fake.server.handler = handler
+    await refused(nursery, tmp_path, fake, TokenError,
+                  r"^the authorization server's answer is unusable: the server sent a 'gzip'-encoded answer "
+                  r"although warden asked for identity$")
 
 
 async def test_forged_redirects_neither_get_a_token_nor_end_the_authorization(nursery: trio.Nursery,

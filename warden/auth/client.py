@@ -58,6 +58,7 @@ from warden.auth.settings import OAuthSettings
 from warden.auth.store import ClientRegistration, CredentialStore, TokenSet, token_digest
 from warden.errors import ConfigError, UpstreamError, UpstreamTimeout, WardenError
 from warden.escape import for_terminal
+from warden.protocol.http_answers import content_encoding_problem
 
 __all__ = ["AuditSink", "GrantEvent", "OAuthClient", "Presenter", "TokenError"]
 
@@ -113,7 +114,8 @@ _OAUTH_HTTP_ERRORS: Final = (httpx.HTTPError, _oauth_httpx.HTTPError)
 
 def _bounded_transport(limit: int) -> Any:
     """A transport for authlib's client whose response bodies stop at ``limit`` bytes: authlib reads token answers
-    whole, and a hostile authorization server could otherwise send one without end."""
+    whole, and a hostile authorization server could otherwise send one without end. A compressed body is refused
+    before it is read: the limit counts wire bytes, and httpx inflates them (up to five gzip layers) after it."""
 
     class BoundedStream(_oauth_httpx.AsyncByteStream):  # type: ignore[misc]
         def __init__(self, inner: Any) -> None:
@@ -136,6 +138,10 @@ def _bounded_transport(limit: int) -> Any:
 
         async def handle_async_request(self, request: Any) -> Any:
             response = await self._inner.handle_async_request(request)
+            problem = content_encoding_problem(response.headers.get("content-encoding"))
+            if problem is not None:  # the bound counts wire bytes; httpx would inflate them after it
+                await response.aclose()
+                raise TokenError(f"the authorization server's answer is unusable: {problem}")
             return _oauth_httpx.Response(response.status_code, headers=response.headers,
                                          stream=BoundedStream(response.stream), extensions=response.extensions)
 

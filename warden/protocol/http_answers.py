@@ -54,6 +54,7 @@ __all__ = [
     "MAX_SESSION_ID_LENGTH",
     "AnswerKind",
     "classify",
+    "content_encoding_problem",
     "falls_back_to_sse",
     "http_failure",
     "media_type",
@@ -127,6 +128,18 @@ def classify(status: int, content_type: str | None, *, carried_session: bool) ->
     if status >= 400 and kind == JSON_TYPE:
         return AnswerKind.JSON
     return AnswerKind.FAILURE
+
+
+def content_encoding_problem(content_encoding: str | None) -> str | None:
+    """Why an answer with this ``Content-Encoding`` is not read, or None (identity).
+
+    warden always asks for ``identity``: its bounds count the bytes on the wire, and a few kilobytes of gzip (five
+    layers of it, for an HTTP library that undoes each) inflate to gigabytes past any of them.
+    """
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return None
+    return f"the server sent a {encoding[:_SNIPPET]!r}-encoded answer although warden asked for identity"
 
 
 def _snippet(body: bytes) -> str:

@@ -37,6 +37,7 @@ from warden.errors import (
 from warden.protocol.http_answers import (
     AnswerKind,
     classify,
+    content_encoding_problem,
     http_failure,
     redirect_target,
     request_outcome,
@@ -156,10 +157,7 @@ async def close_response(response: httpx.Response) -> None:
 
 def encoding_problem(response: httpx.Response) -> str | None:
     """Why ``response``'s body cannot be read (it is compressed, although warden asked for identity), or None."""
-    encoding = response.headers.get("content-encoding", "identity").strip().lower()
-    if encoding in ("", "identity"):
-        return None
-    return f"the server sent a {encoding!r}-encoded answer although warden asked for identity"
+    return content_encoding_problem(response.headers.get("content-encoding"))
 
 
 # ------------------------------------------------------------------------------------------------ exchanges
