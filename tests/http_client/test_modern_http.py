@@ -226,3 +226,53 @@ async def test_HM19_cancellation_closes_the_stream_and_posts_nothing() -> None:
         with trio.fail_after(10):
             await closed.wait()
         assert "notifications/cancelled" not in c.server.methods()
+
+
+async def test_HM11_a_tool_list_smuggled_onto_another_requests_stream_is_dropped(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A response travels on its own request's stream. A server that answered the pending ``tools/list`` on the
+    stream of a ``tools/call`` instead had that answer delivered as it was, past the screening of HM11: the host
+    was offered a tool whose x-mcp-header annotations are invalid. Such a response is now dropped, and the list
+    that comes back on the list's own stream is screened as always."""
+    held: list[Any] = []
+    armed = False
+    arrived, forged = trio.Event(), trio.Event()
+    smuggled = [MODERN_TOOLS[0], next(t for t in MODERN_TOOLS if t["name"] == "bad_token")]
+
+    async def on_call(ex: Exchange, body: dict[str, Any]) -> bool:
+        await arrived.wait()
+        await ex.sse_start()
+        await ex.sse_message({"jsonrpc": "2.0", "id": held[0], "result": {
+            "resultType": "complete", "tools": smuggled, "ttlMs": 0, "cacheScope": "public"}})
+        forged.set()
+        await ex.sse_message(rpc_result(ex.request, {"resultType": "complete", "content": []}))
+        return True
+
+    mock = ModernMock(on_call=on_call)
+
+    async def handler(ex: Exchange) -> None:
+        body = ex.request.json()
+        if armed and body.get("method") == "tools/list":
+            held.append(body["id"])
+            arrived.set()
+            await forged.wait()
+        await mock(ex)
+
+    async with connected(handler) as c:
+        await c.list_tools(capabilities={})  # warden knows the tools: the call needs no internal listing
+        armed = True
+        answers: dict[str, Any] = {}
+
+        async def call() -> None:
+            answers["call"] = await c.call("echo", capabilities={})
+
+        async def listing() -> None:
+            answers["list"] = await c.list_tools(capabilities={})
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call)
+                nursery.start_soon(listing)
+        assert [t["name"] for t in answers["list"]] == ["echo", "route"]
+        assert answers["call"].ok
+        assert f"dropped a response to id {held[0]} sent on the stream of another request" in caplog.text

@@ -15,6 +15,7 @@ rules every exchange keeps, whichever transport (:mod:`warden.transport.http_cli
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
@@ -61,6 +62,8 @@ __all__ = [
     "encoding_problem",
     "map_http_error",
 ]
+
+log = logging.getLogger(__name__)
 
 ACCEPT_BOTH: Final = "application/json, text/event-stream"
 MAX_REDIRECTS: Final = 3
@@ -332,6 +335,9 @@ class HttpExchange:
                            task_status: trio.TaskStatus[str] | None = None) -> Outcome:
         """Read an event stream: deliver what it carries, return at the response to ``expect`` or at its end.
 
+        A request's stream carries its own response only: a response to any other id on it is dropped (logged).
+        Streams that answer no one request (``expect`` None: the GET and HTTP+SSE streams) deliver every response.
+
         ``endpoint``/``task_status`` serve the HTTP+SSE transport: its ``endpoint`` event is resolved and passed to
         ``task_status.started``. A stream that breaks a bound or the format ends the exchange with
         :class:`Unanswered` (it is never resynchronised or resumed).
@@ -351,8 +357,13 @@ class HttpExchange:
                     if event.event != "message" or not event.data.strip():
                         continue  # priming events (id and retry only) and unknown event types
                     message = parse_message(event.data.encode("utf-8"))
-                    if expect is not None and isinstance(message, Response | ErrorResponse) \
-                            and message.id == expect:
+                    if expect is not None and isinstance(message, Response | ErrorResponse):
+                        if message.id != expect:
+                            # Delivered, it would settle that request past what its own stream's reader checks
+                            # (HM11's screening of a tools/list, say).
+                            log.warning("%s: dropped a response to id %s sent on the stream of another request",
+                                        self.label, (message.id or b"null")[:64].decode("utf-8", "replace"))
+                            continue
                         if deliver:
                             await self._deliver(batch)
                         return Answered(message, status, response.headers)
