@@ -219,6 +219,29 @@ async def test_resource_metadata_url_on_another_origin_is_not_fetched(nursery: t
     assert other.seen == []
 
 
+async def test_a_remote_server_cannot_point_warden_at_an_authorization_server_on_this_machine(
+        nursery: trio.Nursery, tmp_path: Any) -> None:
+    """http:// to loopback is allowed for a local test setup; a remote server naming "its" authorization server on
+    127.0.0.1 made warden send discovery requests to whatever local service listens there (a blind SSRF, the path
+    the server's to choose). ``127.1`` is this machine too, but warden counts only canonical loopback forms as
+    loopback, so here it is the remote server while every packet stays on 127.0.0.1."""
+    local = HttpServer(lambda ex: ex.respond(404, b"a local service"))
+    await nursery.start(local.serve)
+    fake = FakeAuth()
+    await nursery.start(fake.server.serve)
+    url = f"http://127.1:{fake.server.port}/mcp"
+    fake.prm = {"resource": url, "authorization_servers": [local.origin]}
+    client = OAuthClient(url, "test", OAuthSettings(timeout=20),
+                         CredentialStore(SecretStore(tmp_path, keyring=None), clock=Clock()), present=follow)
+    with pytest.raises(DiscoveryError) as refused:
+        await client.challenged(401, ["Bearer"], None)
+    assert refused.value.message == (
+        f"the protected resource metadata at http://127.1:{fake.server.port}/.well-known/oauth-protected-resource/mcp"
+        f" names an authorization server on this machine ('{local.origin}') for a server that is not on it; warden "
+        "sends no OAuth request to a local service on a remote server's word")
+    assert local.seen == []
+
+
 async def test_plain_http_to_a_remote_host_and_no_pkce_are_refused(nursery: trio.Nursery, tmp_path: Any) -> None:
     await refused(nursery, tmp_path, FakeAuth(prm={"authorization_servers": ["http://auth.example.com"]}),
                   DiscoveryError, "plain http:// to a host that is not loopback")

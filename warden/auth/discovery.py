@@ -15,7 +15,9 @@ Everything fetched here comes from the network and is hostile. What is refused, 
 * authorization server metadata whose ``issuer`` is not, character for character, the issuer it was fetched
   for (RFC 8414 §3.3), or whose endpoints are on another origin than that issuer: the metadata would send
   warden's codes and credentials somewhere the issuer never vouched for;
-* endpoints over plain ``http://`` to anything but loopback, and servers that do not offer PKCE with S256.
+* endpoints over plain ``http://`` to anything but loopback, and servers that do not offer PKCE with S256;
+* an authorization server on loopback named by a server that is not: http:// to loopback is allowed for a local
+  test setup, not so that a remote server can make warden send requests to this machine's own services.
 
 Bodies are read up to :data:`MAX_METADATA_BYTES`; redirects are not followed.
 """
@@ -210,7 +212,8 @@ async def discover_resource(http: httpx.AsyncClient, server_url: str,
 
     Raises:
         DiscoveryError: the metadata URL is on another origin, the metadata is malformed, its ``resource`` is
-            not this server, or it names no usable authorization server.
+            not this server, or it names no usable authorization server (or one on loopback for a server that is
+            not).
     """
     candidates = protected_resource_metadata_urls(server_url)
     if metadata_url is not None:
@@ -236,6 +239,11 @@ async def discover_resource(http: httpx.AsyncClient, server_url: str,
             raise DiscoveryError(f"the protected resource metadata at {for_terminal(url)} names no "
                                  "authorization server")
         issuer = check_endpoint_url(servers[0], "authorization server named by the resource metadata")
+        if is_loopback(origin_of(issuer)[1]) and not is_loopback(origin_of(server_url)[1]):
+            raise DiscoveryError(
+                f"the protected resource metadata at {for_terminal(url)} names an authorization server on this "
+                f"machine ({for_terminal(issuer)!r}) for a server that is not on it; warden sends no OAuth request "
+                "to a local service on a remote server's word")
         scopes = data.get("scopes_supported")
         return ProtectedResource(resource=resource, authorization_server=issuer,
                                  scopes_supported=_string_list(scopes) if isinstance(scopes, list) else None)
