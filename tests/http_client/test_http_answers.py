@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from warden.errors import RemoteProtocolError
 from warden.protocol.http_answers import (
     MAX_RESUME_DELAY,
+    MIN_RESUME_DELAY,
     AnswerKind,
     classify,
     falls_back_to_sse,
@@ -188,7 +189,7 @@ def test_session_id_and_resume_delay_bounds() -> None:
         assert resumable_event_id(unsendable) == ""
     assert resume_delay(None) == 1.0
     assert resume_delay(500) == 0.5
-    assert resume_delay(0) == 0.0
+    assert resume_delay(0) == resume_delay(99) == MIN_RESUME_DELAY == 0.1  # no reconnecting in a busy loop
     assert resume_delay(10**15) == MAX_RESUME_DELAY
 
 

@@ -52,6 +52,7 @@ __all__ = [
     "MAX_EVENT_ID_LENGTH",
     "MAX_RESUME_DELAY",
     "MAX_SESSION_ID_LENGTH",
+    "MIN_RESUME_DELAY",
     "AnswerKind",
     "classify",
     "content_encoding_problem",
@@ -73,6 +74,9 @@ DEFAULT_RESUME_DELAY: Final = 1.0
 """Seconds to wait before resuming a stream whose server never sent ``retry``."""
 MAX_RESUME_DELAY: Final = 60.0
 """A server's ``retry`` is honoured up to this many seconds; a larger one cannot park a request for hours."""
+MIN_RESUME_DELAY: Final = 0.1
+"""...and from this many: a server that ends its stream at once with ``retry: 0`` (and a new event id, so that it
+never counts as failing) cannot make warden reconnect in a busy loop."""
 MAX_SESSION_ID_LENGTH: Final = 1024
 _SESSION_ID: Final = re.compile(r"[\x21-\x7e]+")
 MAX_EVENT_ID_LENGTH: Final = 1024
@@ -268,4 +272,4 @@ def resume_delay(retry_ms: int | None, *, default: float = DEFAULT_RESUME_DELAY)
     """Seconds to wait before resuming a broken event stream: the server's ``retry`` (HL11, SEP-1699), bounded."""
     if retry_ms is None:
         return default
-    return min(retry_ms / 1000.0, MAX_RESUME_DELAY)
+    return min(max(retry_ms / 1000.0, MIN_RESUME_DELAY), MAX_RESUME_DELAY)
