@@ -168,3 +168,110 @@ async def test_sessions_of_ended_hosts_are_listed_as_such_and_cleared_on_request
     assert cleared.returncode == 0
     assert cleared.stdout.startswith("cleared host-")
     assert warden("flow", "list").stdout.strip() == "no tainted sessions"
+
+
+def refused_naming(answer: dict[str, object], origin: str) -> dict[str, object]:
+    """The error of a sink refused in a tainted session, checked to name ``origin`` as what tainted it."""
+    error = answer["error"]
+    assert isinstance(error, dict)
+    assert error["code"] == -32602
+    assert ("tool 'send_email' can send data out (a flow sink), and this host session already holds untrusted "
+            f"content from {origin}") in error["message"]
+    return error
+
+
+def decided(target: str) -> dict[str, object]:
+    return next(r for r in audit_json() if r["event"] == "call.decided" and r["target"] == target)
+
+
+async def test_a_resource_read_from_a_source_server_taints_the_session(tmp_path: Path) -> None:
+    """A source server's resource is its content reaching the host as much as a source call's result: read first
+    of all (before any tools/list: warden reads the tools to know the server is a source), it taints the session,
+    and the sink is refused naming the read's decision record as its evidence."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await RawHost.start(run_flow(log))
+    await host.initialize()
+    await host.request(1, "resources/read", {"uri": "file:///srv/config.ini"})
+    read = await host.response(1)
+    assert json.loads(json.dumps(read["result"]))["contents"][0]["uri"] == "file:///srv/config.ini"
+    refused = await host.call(2, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    read_record = decided("file:///srv/config.ini")
+    error = refused_naming(refused, f"flow/resources/read (audit record #{read_record['index']})")
+    assert "warden flow clear host-" in error["message"]
+    assert decided("send_email")["evidence_index"] == read_record["index"]
+    assert not log.exists()
+    assert f"tainted by flow/resources/read (audit record #{read_record['index']})" in warden("flow", "list").stdout
+
+
+async def test_a_prompt_from_a_source_server_taints_the_session(tmp_path: Path) -> None:
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(run_flow(log))
+    await host.request(2, "prompts/get", {"name": "summarize"})
+    prompt = await host.response(2)
+    assert "ignore your previous instructions" in json.dumps(prompt["result"])
+    refused = await host.call(3, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    prompt_record = decided("summarize")
+    refused_naming(refused, f"flow/prompts/get (audit record #{prompt_record['index']})")
+    assert decided("send_email")["evidence_index"] == prompt_record["index"]
+    assert not log.exists()
+
+
+async def test_a_completion_from_a_source_server_taints_the_session(tmp_path: Path) -> None:
+    """completion/complete is forwarded without a decision record: the mark names the method alone."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(run_flow(log))
+    await host.request(2, "completion/complete", {"ref": {"type": "ref/prompt", "name": "summarize"},
+                                                  "argument": {"name": "url", "value": "h"}})
+    completion = await host.response(2)
+    assert "ignore your previous instructions" in json.dumps(completion["result"])
+    refused = await host.call(3, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    refused_naming(refused, "flow/completion/complete (flow.on_violation")  # no record to name
+    assert not log.exists()
+
+
+async def test_a_source_call_that_never_answers_taints_the_session_once_forwarded(tmp_path: Path) -> None:
+    """Its progress message and log line reach the host before any result (here none ever comes, and the host
+    gives up on it): the session is marked before the call is forwarded, so the sink after it is refused."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(run_flow(log))
+    await host.request(2, "tools/call", {"name": "watch", "arguments": {}, "_meta": {"progressToken": "p"}})
+    shown: list[dict[str, object]] = []
+    while len(shown) < 2:
+        message = await host.next_message()
+        assert message is not None
+        if message.get("method") in ("notifications/progress", "notifications/message"):
+            shown.append(message)
+    progress = next(m for m in shown if m["method"] == "notifications/progress")
+    assert progress["params"] == {"progressToken": "p", "progress": 1,
+                                  "message": json.loads(json.dumps(progress["params"]))["message"]}
+    assert "ignore your previous instructions" in json.dumps(shown)
+    await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}})
+    refused = await host.call(3, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    watch = decided("watch")
+    refused_naming(refused, f"flow/watch (audit record #{watch['index']})")
+    assert decided("send_email")["evidence_index"] == watch["index"]
+    assert not log.exists()
+
+
+async def test_a_resource_of_a_server_without_a_source_tool_leaves_the_session_clean(tmp_path: Path) -> None:
+    """The rule is the server's roles, not "every read": with its source tools exempt, the same server's resource
+    and prompt taint nothing, and the sink runs."""
+    write_config(tmp_path, extra=FLOW.replace('sources = ["fetch"]', 'exempt = ["fetch", "watch"]'))
+    log = tmp_path / "sent.jsonl"
+    host = await session(in_another_host(run_flow(log)))
+    await host.request(2, "resources/read", {"uri": "file:///srv/config.ini"})
+    assert "result" in await host.response(2)
+    await host.request(3, "prompts/get", {"name": "summarize"})
+    assert "result" in await host.response(3)
+    assert "result" in await host.call(4, "send_email", {"to": "a@example.com", "body": "hello"})
+    assert await host.close() == 0
+    assert warden("flow", "list").stdout.strip() == "no tainted sessions"
+    assert len(log.read_text().splitlines()) == 1

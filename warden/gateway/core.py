@@ -453,7 +453,7 @@ class Gateway:
         is durable: the log's continuation hands it to the gateway's one forwarding task, and the host's reader
         goes on reading meanwhile (write-ahead, without a task per call). Returns None for anything else — a
         request whose decision needs a human, whose list must be read or re-read, whose lane must be opened, a
-        flow source (its taint mark is written before the answer), a task, era translation, a refusal — which
+        flow source (its taint mark is written before it is forwarded), a task, era translation, a refusal — which
         then takes :meth:`handle` in a task. Both paths decide, record and shape with the same methods.
         """
         if request.method != "tools/call":
@@ -605,6 +605,9 @@ class Gateway:
 
     async def _forwarded(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                          sink: Sink) -> bytes:
+        """A request warden neither decides nor records (``completion/complete``): its answer is the server's text
+        too, so it taints like a resource does (no record to name)."""
+        await self._tainted_by(request.method, params, link, None, ctx.caller)
         return (await self._forward(request, ctx, params, sink))[0]
 
     async def _subscription(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
@@ -685,11 +688,11 @@ class Gateway:
         screen = _screen_of(self.guard, request.method, params)
         tasks = request.method == "tools/call" and self._tasks.carried(ctx, link)
         try:
+            await self._tainted_by(request.method, params, link, index, ctx.caller)
             response, reply = await self._forward(request, ctx, self._screened_arguments(request.method, params,
                                                                                          raw=request.params),
                                                   sink, screen, tasks=tasks, link=link, decided_on=decided_on)
             self._tasks.note(params, ctx, link, reply, index, tasks=tasks)
-            await self._tainted_by(request.method, params, link, index, ctx.caller)
         except WardenError as exc:
             self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
                                   outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED),
@@ -885,6 +888,7 @@ class Gateway:
             if await self._connected() is not decided_on:
                 raise _restarted(self._name)
             forwarded = strip_host_meta(self._screened_arguments(method, params))
+            await self._tainted_by(method, params, link, index, ctx.caller)
             for _ in range(MAX_INPUT_ROUNDS):
                 result = await self._call_upstream(method, forwarded, ctx, NO_SINK, tasks=tasks)
                 if result.ok or result.code != URL_ELICITATION_REQUIRED:
@@ -905,7 +909,6 @@ class Gateway:
                 shown = Reply(result=screen(result.result))
             if isinstance(result, Reply):
                 self._tasks.note(params, ctx, link, result, index, tasks=tasks)
-            await self._tainted_by(method, params, link, index, ctx.caller)
         except WardenError as exc:
             result = exc
         finally:
@@ -923,11 +926,32 @@ class Gateway:
 
     async def _tainted_by(self, method: str, params: Mapping[str, Any], link: HostLink, index: int | None,
                           caller: Caller) -> None:
-        """A flow source's answer is about to reach the host: the session is marked first (durably), so no sink
-        can run in it before a human clears it. A mark that cannot be written fails the call (fail closed)."""
+        """A request is about to be forwarded: from then on its answer, and whatever the server sends while it runs
+        (progress, log lines, questions, a task's result), may reach the host -- even if the host gives up on it
+        before it ends. So a request whose content taints (:meth:`_toward_host`) marks the session first,
+        durably, as its decision record is written first: no sink can run in it before a human clears it."""
         name = params.get("name")
-        if method == "tools/call" and isinstance(name, str):
-            await self.guard.mark_source(name, link.session_key, index, caller)
+        tool = name if method == "tools/call" and isinstance(name, str) else None
+        if tool is None and self._offers_tools():
+            await self._lists.know("tools/call")  # content tied to no tool: the server's roles decide
+        await self._toward_host(method, link.session_key, caller, index, tool=tool)
+
+    def _offers_tools(self) -> bool:
+        description = self.upstream.description
+        return description is None or isinstance(description.capabilities.get("tools"), dict)
+
+    async def _toward_host(self, method: str, session: str, caller: Caller, index: int | None, *,
+                           tool: str | None = None) -> None:
+        """The one place the server's content on its way to a host taints that host's session: a source tool's
+        call, and anything else a server with a source tool sends (:meth:`Guard.speaks_as_source`), marked
+        under the tool, or else under the ``method`` that carries it, with the audit record it belongs to
+        (``index``). Durable when it returns; a mark that cannot be written fails what carried it (fail closed).
+
+        Raises:
+            StateError: the mark could not be written.
+        """
+        if self.guard.speaks_as_source(tool, offers_tools=self._offers_tools()):
+            await self.guard.mark_source(tool if tool is not None else method, session, index, caller)
 
     async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
                          caller: Caller, session: str | None = None) -> tuple[int | None, ServerDescription | None]:

@@ -455,15 +455,27 @@ class Guard:
             log.error("%s: %s", self.server, exc.message)
             return (TaintMark("(unreadable taint ledger)", exc.message[:200], None),)
 
-    async def mark_source(self, tool: str, session: str, index: int | None, caller: Caller) -> None:
-        """A source's answer is about to reach the host session: mark the session before it does.
+    def speaks_as_source(self, tool: str | None, *, offers_tools: bool) -> bool:
+        """Whether what this server is about to show a host taints that host's session: a call's content when
+        ``tool`` is a source; content tied to no tool call (None: a resource, a prompt, a completion, a log line, a
+        question) when any of the server's tools is a source -- it is the same hostile party, and a fetch-like
+        server can hand the page it fetched to the host that way as well. A server that ``offers_tools`` whose
+        tools warden has not read yet cannot be told apart from a source, so it counts as one (fail closed)."""
+        if tool is not None:
+            return self._roles.get(tool, NEUTRAL).source is not None
+        if offers_tools and not self.knows("tools/list"):
+            return True
+        return any(role.source is not None for role in self._roles.values())
+
+    async def mark_source(self, origin: str, session: str, index: int | None, caller: Caller) -> None:
+        """Content of a source (:meth:`speaks_as_source`) is about to reach the host session: mark the session
+        before it does. ``origin``: the source tool, or the method that carries the content; ``index``: the
+        audit record of the request (or question) it belongs to, if any.
 
         Raises:
-            StateError: the mark could not be written; the answer must not be delivered.
+            StateError: the mark could not be written; the content must not be delivered.
         """
-        if self._roles.get(tool, NEUTRAL).source is None:
-            return
-        mark = TaintMark(self.server, tool, index)
+        mark = TaintMark(self.server, origin, index)
         ledger = self._ledger(session)
         if mark in self._taint(session):
             return  # already there (a stat): no lock, no write

@@ -79,8 +79,10 @@ NEUTRAL: Final = FlowRole()
 @final
 @dataclass(frozen=True, slots=True)
 class TaintMark:
-    """A source call whose content reached the host session: where it came from and the audit index of its
-    ``call.decided`` record (``None`` when auditing is off) -- the evidence a refusal names."""
+    """A source whose content reached the host session: the server, the source ``tool`` (or, for other content of
+    a server with a source tool, the method that carried it: ``resources/read``, ``prompts/get``, ...) and the
+    audit index of the ``call.decided`` record it belongs to (``None`` when auditing is off, or when nothing was
+    recorded for it) -- the evidence a refusal names."""
 
     server: str
     tool: str
