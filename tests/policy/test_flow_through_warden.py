@@ -275,3 +275,76 @@ async def test_a_resource_of_a_server_without_a_source_tool_leaves_the_session_c
     assert await host.close() == 0
     assert warden("flow", "list").stdout.strip() == "no tainted sessions"
     assert len(log.read_text().splitlines()) == 1
+
+
+async def test_a_log_line_of_a_source_server_taints_the_session_it_reaches(tmp_path: Path) -> None:
+    """A log line is tied to no request on a legacy session (it goes to every host): from a server with a source
+    tool, it taints each session it reaches, even during a call to one of its neutral tools."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await session(run_flow(log))
+    done = await host.call(2, "chatty", {})
+    assert done["result"] == {"content": [{"type": "text", "text": "done"}]}
+    line = next(m for m in host.seen if m.get("method") == "notifications/message")
+    assert "ignore your previous instructions" in json.dumps(line)
+    refused = await host.call(3, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    # No record to name (nothing was decided); its resource update reached this legacy host too, and marked it.
+    refused_naming(refused, "flow/notifications/message, flow/notifications/resources/updated (flow.on_violation")
+    assert "evidence_index" not in decided("send_email")
+    assert not log.exists()
+
+
+async def test_a_question_a_source_server_asks_unprompted_taints_the_session(tmp_path: Path) -> None:
+    """A sampling request with nothing in flight (its message is the page) reaches the host on its own: it taints
+    the session, naming the question's own decision record."""
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await RawHost.start(run_flow(log))
+    await host.initialize({"sampling": {}, "roots": {"listChanged": True}})
+    await host.request(1, "tools/list")
+    await host.response(1)
+    await host.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+    question = await host.next_message()
+    assert question is not None
+    assert question["method"] == "sampling/createMessage"
+    assert "ignore your previous instructions" in json.dumps(question["params"])
+    await host.send({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "role": "assistant", "content": {"type": "text", "text": "no"}, "model": "m"}})
+    refused = await host.call(2, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    asked = decided("sampling/createMessage")
+    refused_naming(refused, f"flow/sampling/createMessage (audit record #{asked['index']})")
+    assert decided("send_email")["evidence_index"] == asked["index"]
+    assert not log.exists()
+
+
+async def test_a_resource_update_a_2026_host_hears_on_its_listen_taints_its_session(tmp_path: Path) -> None:
+    """subscriptions/listen: a source server's resource update (its title is the page) reaches a 2026 host on
+    the listen's stream, tied to none of its requests; the host's session is tainted before it does."""
+    modern = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+              "io.modelcontextprotocol/clientCapabilities": {},
+              "io.modelcontextprotocol/clientInfo": {"name": "raw-modern-host", "version": "1"}}
+    write_config(tmp_path, extra=FLOW)
+    log = tmp_path / "sent.jsonl"
+    host = await RawHost.start(run_flow(log))
+    await host.request("listen-1", "subscriptions/listen",
+                       {"_meta": modern, "notifications": {"resourceSubscriptions": ["file:///srv/config.ini"]}})
+    ack = await host.next_message()
+    assert ack is not None
+    assert ack["params"]["notifications"] == {"resourceSubscriptions": ["file:///srv/config.ini"]}  # type: ignore[index]
+    await host.request(1, "tools/list", {"_meta": modern})
+    await host.response(1)
+    await host.request(2, "tools/call", {"_meta": modern, "name": "chatty", "arguments": {}})
+    assert "result" in await host.response(2)
+    while not any(m.get("method") == "notifications/resources/updated" for m in host.seen):
+        assert await host.next_message(timeout=10) is not None
+    updated = next(m for m in host.seen if m.get("method") == "notifications/resources/updated")
+    assert updated["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": "listen-1"}  # type: ignore[index]
+    await host.request(3, "tools/call", {"_meta": modern, "name": "send_email",
+                                         "arguments": {"to": "attacker@example.com", "body": "secrets"}})
+    refused = await host.response(3)
+    await host.send({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": "listen-1"}})
+    assert await host.close() == 0
+    refused_naming(refused, "flow/notifications/resources/updated (flow.on_violation")
+    assert not log.exists()

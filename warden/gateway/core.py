@@ -45,6 +45,7 @@ from warden.errors import (
     AuditError,
     PolicyError,
     RemoteProtocolError,
+    StateError,
     UpstreamClosed,
     UpstreamError,
     UpstreamTimeout,
@@ -382,12 +383,13 @@ class Gateway:
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
         self._listeners = Listeners(name=name, links=self._links, upstream=lambda: self.upstream,
-                                    connected=self._connected)
+                                    connected=self._connected, unasked=self._unasked)
         self._lists = Lists(name=name, guard=guard, recorder=recorder, background=background,
                             upstream=lambda: self.upstream, connected=self._connected, call=self._call_upstream,
                             hosts=self._listeners)
         self._questions = ServerQuestions(name=name, guard=guard, recorder=recorder, links=self._links,
-                                          in_flight=self._in_flight, call=self._call_upstream)
+                                          in_flight=self._in_flight, call=self._call_upstream,
+                                          unasked=self._unasked)
         self._tasks = TaskRouting(name=name, guard=guard, recorder=recorder, upstream=lambda: self.upstream,
                                   links=self._links, call=self._call_upstream,
                                   screen=lambda tool: _Screen(guard, tool), questions=self._questions)
@@ -953,6 +955,19 @@ class Gateway:
         if self.guard.speaks_as_source(tool, offers_tools=self._offers_tools()):
             await self.guard.mark_source(tool if tool is not None else method, session, index, caller)
 
+    async def _unasked(self, method: str, session: str, caller: Caller, index: int | None) -> bool:
+        """Server content tied to no host request (a log line, a resource update, a question asked while nothing is
+        in flight) is about to reach the host of ``session``: :meth:`_toward_host` under its ``method``, with the
+        question's record (``index``). It runs in the server's reader, so it never waits for the server: a server
+        whose tools warden has not read yet counts as a source. False when the mark could not be written: the
+        content is then not delivered (fail closed)."""
+        try:
+            await self._toward_host(method, session, caller, index)
+        except StateError as exc:
+            log.error("%s: %s not delivered to a host: %s", self._name, method, exc.message)
+            return False
+        return True
+
     async def _authorize(self, request: Request, params: Mapping[str, Any], asker: Asker | None,
                          caller: Caller, session: str | None = None) -> tuple[int | None, ServerDescription | None]:
         """Decide a ``tools/call`` / ``prompts/get`` / ``resources/read`` from ``caller``; ask a
@@ -1085,7 +1100,7 @@ class Gateway:
         if routed is not None:
             await routed(method, params)
         else:
-            await self._listeners.tell(method, params, principals=self._whose(method, params))
+            await self._listeners.tell(method, params, principals=self._whose(method, params), from_server=True)
 
     def _whose(self, method: str, params: bytes | None) -> set[str | None] | None:
         """Which principals' hosts a server notification tied to no request (a log line, a resource update) may

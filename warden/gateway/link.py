@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import secrets
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple, Protocol, final
 
@@ -195,6 +195,13 @@ class Context:
     session; then nothing needs translating)."""
     caller: Caller = Caller()
     """Who sent it (:class:`Caller`), recorded with each decision."""
+
+
+Unasked = Callable[[str, str, "Caller", "int | None"], Awaitable[bool]]
+"""How a part of the gateway hands server content tied to no host request (a log line, a resource update, a
+question asked while nothing is in flight) to the gateway's taint check before it reaches a host: ``(method, the
+host's session key, caller, the audit record it has or None)``; False: it must not be delivered
+(:meth:`~warden.gateway.core.Gateway._unasked`)."""
 
 
 class UpstreamCall(Protocol):

@@ -18,7 +18,7 @@ from typing import Any, Final, final
 import trio
 
 from warden.errors import UpstreamError, WardenError
-from warden.gateway.link import Context, HostLink, Sink
+from warden.gateway.link import Caller, Context, HostLink, Sink, Unasked
 from warden.protocol.eras import META_SUBSCRIPTION_ID, SERVER_NOTIFICATIONS, Era
 from warden.protocol.messages import Request, decode_json, decode_object, encode_json, encode_notification
 from warden.upstream.connection import ServerDescription, Upstream
@@ -42,6 +42,8 @@ class _Listener:
     sink: Sink
     id: Any
     honored: dict[str, Any]
+    session: str
+    """Its host's flow-taint session (what the server tells it may taint it)."""
     principal: str | None = None
     """Whom the face authenticated for it: what an approval changed is told to the principals it changed for."""
 
@@ -51,8 +53,9 @@ class Listeners:
     """The hosts that hear what changed: ``links`` (the gateway's connected hosts) and the listens open now."""
 
     def __init__(self, *, name: str, links: Set[HostLink], upstream: Callable[[], Upstream],
-                 connected: Callable[[], Awaitable[ServerDescription]]) -> None:
+                 connected: Callable[[], Awaitable[ServerDescription]], unasked: Unasked) -> None:
         self._name = name
+        self._unasked = unasked
         self._links = links
         self._upstream = upstream
         self._connected = connected
@@ -63,9 +66,11 @@ class Listeners:
         """Whom the connected hosts and open listens were authenticated as (None: stdio's one local host)."""
         return {*(link.principal for link in self._links), *(listener.principal for listener in self._listeners)}
 
-    async def tell(self, method: str, params: bytes | None, *, principals: Set[str | None] | None = None) -> None:
+    async def tell(self, method: str, params: bytes | None, *, principals: Set[str | None] | None = None,
+                   from_server: bool = False) -> None:
         """``method`` to every connected host (each legacy session, each listen that asked for it), or only to
-        those of ``principals``."""
+        those of ``principals``. ``from_server``: the server's own words (a log line, a resource update), which
+        pass the gateway's taint check for each host they reach (``unasked``)."""
         message = encode_notification(method, params)
         for link in list(self._links):
             if link.unsolicited is None or link.legacy is None or method not in SERVER_NOTIFICATIONS[link.era]:
@@ -74,9 +79,11 @@ class Listeners:
                 continue
             if method in _LISTEN_NOTIFICATIONS and not link.legacy.initialized:
                 continue  # it lists once initialized; told now, it would hear of lists it never saw, before its answer
+            if from_server and not await self._unasked(method, link.session_key, link.legacy.caller, None):
+                continue
             with contextlib.suppress(trio.ClosedResourceError):
                 await link.unsolicited.send(message)
-        await self._to_listeners(method, params, principals)
+        await self._to_listeners(method, params, principals, from_server=from_server)
 
     async def listen(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                      sink: Sink) -> bytes:
@@ -100,7 +107,7 @@ class Listeners:
             subscribed = [uri for uri in uris if (await upstream.request("resources/subscribe", {"uri": uri})).ok]
             if subscribed:
                 honored["resourceSubscriptions"] = subscribed
-        listener = _Listener(sink, decode_json(request.id), honored, link.principal)
+        listener = _Listener(sink, decode_json(request.id), honored, link.session_key, link.principal)
         meta = {META_SUBSCRIPTION_ID: listener.id}
         await sink.send(encode_notification("notifications/subscriptions/acknowledged",
                                             encode_json({"notifications": honored, "_meta": meta})))
@@ -111,8 +118,8 @@ class Listeners:
             self._listeners.discard(listener)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _to_listeners(self, method: str, params: bytes | None,
-                            principals: Set[str | None] | None = None) -> None:
+    async def _to_listeners(self, method: str, params: bytes | None, principals: Set[str | None] | None = None, *,
+                            from_server: bool = False) -> None:
         key = _LISTEN_NOTIFICATIONS.get(method)
         if not self._listeners or (key is None and method != "notifications/resources/updated"):
             return
@@ -128,6 +135,9 @@ class Listeners:
             given = body.get("_meta")
             tagged = dict(body)  # a server's non-object _meta is not carried (nothing could be added to it)
             tagged["_meta"] = {**(given if isinstance(given, dict) else {}), META_SUBSCRIPTION_ID: listener.id}
+            if from_server and not await self._unasked(method, listener.session, Caller(None, listener.principal),
+                                                       None):
+                continue
             with contextlib.suppress(trio.ClosedResourceError):
                 await listener.sink.send(encode_notification(method, encode_json(tagged)))
 

@@ -22,7 +22,7 @@ import trio
 
 from warden.errors import AuditError, RemoteProtocolError
 from warden.gateway.guard import Guard
-from warden.gateway.link import Caller, Context, HostLink, Sink, UpstreamCall
+from warden.gateway.link import Caller, Context, HostLink, Sink, Unasked, UpstreamCall
 from warden.gateway.mrtr import Exchange
 from warden.gateway.recorder import Recorder
 from warden.gateway.tasks import TaskEntry
@@ -112,8 +112,9 @@ class ServerQuestions:
     back to a 2026 server in a retry)."""
 
     def __init__(self, *, name: str, guard: Guard, recorder: Recorder, links: Set[HostLink],
-                 in_flight: Collection[Asking], call: UpstreamCall) -> None:
+                 in_flight: Collection[Asking], call: UpstreamCall, unasked: Unasked) -> None:
         self._name = name
+        self._unasked = unasked
         self._guard = guard
         self._recorder = recorder
         self._links = links
@@ -137,7 +138,7 @@ class ServerQuestions:
             legacy = [link for link in self._links if link.legacy is not None and link.unsolicited is not None]
             if len(legacy) == 1 and legacy[0].legacy is not None and legacy[0].unsolicited is not None:
                 return await self.ask(legacy[0], legacy[0].unsolicited, method, params,
-                                      legacy[0].legacy.capabilities, legacy[0].legacy.caller)
+                                      legacy[0].legacy.capabilities, legacy[0].legacy.caller, unasked=True)
         return Reply.failure(METHOD_NOT_FOUND, "no single legacy client can be asked this question through warden")
 
     async def _admit(self, method: str, params: Mapping[str, Any], capabilities: Mapping[str, Any],
@@ -240,13 +241,21 @@ class ServerQuestions:
         return passed
 
     async def ask(self, link: HostLink, sink: Sink | None, method: str, params: Mapping[str, Any],
-                  capabilities: Mapping[str, Any], caller: Caller, *, asker: Asker | None = None) -> Reply:
+                  capabilities: Mapping[str, Any], caller: Caller, *, asker: Asker | None = None,
+                  unasked: bool = False) -> Reply:
         """Ask a host (``caller``) a server's question if it declared the capability (PX01–PX04) and policy
-        allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host."""
+        allows it: on the wire (``sink``), or through an exchange (``asker``) for a 2026 host. ``unasked``: no
+        request of the host's is in flight, so the question passes the gateway's taint check on its own (one in
+        a request's course was checked with the request, when it was forwarded)."""
         admitted = await self._admit(method, params, capabilities, caller)
         if isinstance(admitted, _Refused):
             return admitted.reply
         index, body = admitted
+        if unasked and not await self._unasked(method, link.session_key, caller, index):
+            reply = Reply.failure(INTERNAL_ERROR, "warden cannot record what this question brings to the host, so "
+                                                  "it does not ask it")
+            self._recorder.outcome(index, method=method, result=None, error=reply.message)
+            return reply
         url_mode = method == "elicitation/create" and body.get("mode") == "url"
         if asker is not None:
             answer = await asker(method, body)
