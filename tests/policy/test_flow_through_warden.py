@@ -262,8 +262,8 @@ async def test_a_source_call_that_never_answers_taints_the_session_once_forwarde
 
 
 async def test_a_resource_of_a_server_without_a_source_tool_leaves_the_session_clean(tmp_path: Path) -> None:
-    """The rule is the server's roles, not "every read": with its source tools exempt, the same server's resource
-    and prompt taint nothing, and the sink runs."""
+    """The rule is the server's roles, not "everything it sends": with its source tools exempt, the same server's
+    resource, prompt and log line taint nothing, and the sink runs."""
     write_config(tmp_path, extra=FLOW.replace('sources = ["fetch"]', 'exempt = ["fetch", "watch"]'))
     log = tmp_path / "sent.jsonl"
     host = await session(in_another_host(run_flow(log)))
@@ -271,7 +271,9 @@ async def test_a_resource_of_a_server_without_a_source_tool_leaves_the_session_c
     assert "result" in await host.response(2)
     await host.request(3, "prompts/get", {"name": "summarize"})
     assert "result" in await host.response(3)
-    assert "result" in await host.call(4, "send_email", {"to": "a@example.com", "body": "hello"})
+    assert "result" in await host.call(4, "chatty", {})  # its log line and resource update reach the host
+    assert any(m.get("method") == "notifications/message" for m in host.seen)
+    assert "result" in await host.call(5, "send_email", {"to": "a@example.com", "body": "hello"})
     assert await host.close() == 0
     assert warden("flow", "list").stdout.strip() == "no tainted sessions"
     assert len(log.read_text().splitlines()) == 1
