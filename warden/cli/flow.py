@@ -1,7 +1,8 @@
 """``warden flow list`` and ``warden flow clear SESSION|--all``: the host sessions a flow source has tainted.
 
-Once a source (a tool that brings untrusted content in) has answered in a host session, every sink (a tool that
-can send data out) is refused there, or confirmed by a human. Only a human ends that: this verb, run in a
+Once a source (a tool that brings untrusted content in) has been called in a host session, or its server has sent
+the session anything else (a resource, a prompt, a log line, a question), every sink (a tool that can send data
+out) is refused there, or confirmed by a human. Only a human ends that: this verb, run in a
 terminal, after reading what tainted the session.
 """
 
