@@ -1,7 +1,7 @@
 """What a host's list shows rests on that host's own terms: its entries are judged by their own definitions (what
 another read of the same list observed meanwhile, a ``list_changed`` re-read or a second host's list, never lends
-them its pin state), and a list filtered by one principal's approvals is never said shareable with others. (In
-process, real time: the pin store writes in a worker thread.)"""
+them its pin state), and a list filtered by one principal's approvals, or a read decided for one principal, is never
+said shareable with others. (In process, real time: the pin store writes in a worker thread.)"""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from tests.gateway_harness import MemoryConnector, ScriptedServer, gateway_in_process, legacy_handshake, start_gateway
-from tests.obligations.scripts import modern_meta, modern_server
+from tests.obligations.scripts import MODERN, modern_meta, modern_server
 from warden.gateway.link import NO_SINK, HostLink
 from warden.protocol.messages import Request, encode_json, encode_request
 from warden.upstream.connection import UpstreamOptions
@@ -93,4 +93,70 @@ async def test_PX21_a_list_filtered_per_principal_is_never_said_public(tmp_path:
         assert [t["name"] for t in for_alice["tools"]] == ["add", "mul"]  # type: ignore[index,union-attr]
         assert [t["name"] for t in for_bob["tools"]] == ["add"]  # type: ignore[index,union-attr]
         assert for_alice["cacheScope"] == for_bob["cacheScope"] == "private"
+        nursery.cancel_scope.cancel()
+
+
+NOTE = {"uri": "note://plan", "name": "plan", "mimeType": "text/plain"}
+
+
+async def public_notes(server: ScriptedServer, *, modern: bool) -> None:
+    """A server (2026-07-28 if ``modern``, else 2025-11-25) listing one resource, whose read it says is
+    ``cacheScope: "public"`` (a 2025-11-25 server has no say in it, but says it anyway)."""
+    while (message := await server.receive()) is not None:
+        method, id_ = message.get("method"), message.get("id")
+        if id_ is None or method == "subscriptions/listen":
+            continue
+        fresh = {"resultType": "complete", "ttlMs": 60_000, "cacheScope": "public"}
+        if modern and method == "server/discover":
+            info = {"io.modelcontextprotocol/serverInfo": {"name": "n", "version": "1"}}
+            await server.answer(message, {**fresh, "supportedVersions": [MODERN], "capabilities": {"resources": {}},
+                                          "_meta": info})
+        elif modern and method == "initialize":
+            await server.send({"id": id_, "error": {"code": -32022, "message": "Unsupported protocol version"}})
+        elif not modern and await legacy_handshake(server, message, capabilities={"resources": {}}):
+            continue
+        elif method == "resources/list":
+            await server.answer(message, {**fresh, "resources": [NOTE]})
+        elif method == "resources/templates/list":
+            await server.answer(message, {**fresh, "resourceTemplates": []})
+        elif method == "resources/read":
+            await server.answer(message, {**fresh, "contents": [{"uri": NOTE["uri"], "text": "alice's plan"}]})
+        else:
+            await server.send({"id": id_, "error": {"code": -32601, "message": f"Method not found: {method}"}})
+
+
+@pytest.mark.trio
+@pytest.mark.parametrize("modern", [True, False], ids=["2026-server", "2025-server"])
+async def test_PX21_a_read_decided_per_principal_is_never_said_public(tmp_path: Path, modern: bool) -> None:
+    """Found in review (PX21, SEC06): a 2026 host's ``resources/read`` passed the server's own
+    ``cacheScope: "public"`` on, although warden decides each read for its principal: here alice may read
+    ``note://plan`` (approved for her only) and bob may not, yet a shared cache in front of warden could have given
+    bob alice's answer. (A 2025-11-25 server's stray ``cacheScope`` was carried the same way.) Now a read answered
+    to a principal is private."""
+    connector = MemoryConnector(lambda server: public_notes(server, modern=modern))
+    async with trio.open_nursery() as nursery:
+        gateway = await start_gateway(tmp_path, connector, nursery, options=UpstreamOptions(), on_new="ask")
+
+        async def ask(link: HostLink, method: str, **params: object) -> dict[str, object]:
+            body = encode_json({**params, "_meta": modern_meta()})
+            request = Request(b"1", method, body, encode_request(b"1", method, body))
+            answer: dict[str, object] = json.loads((await gateway.handle(request, link, NO_SINK)).message)
+            return answer
+
+        alice, bob = HostLink("alice", principal="alice"), HostLink("bob", principal="bob")
+        for link in (alice, bob):
+            gateway.attach(link)
+        await ask(alice, "resources/list")  # observed: waits for approval
+        store = gateway.guard.store
+        note = next(e.digest for e in store.entries("scripted") if e.key == NOTE["uri"])
+        store.approve_exact("scripted", [("resource", NOTE["uri"], note)], by="test", principals=["alice"])
+        store.approve("scripted")  # the rest (identity) for everyone
+        for_alice, for_bob = await ask(alice, "resources/read", uri=NOTE["uri"]), await ask(bob, "resources/read",
+                                                                                             uri=NOTE["uri"])
+        assert for_alice["result"] == {"resultType": "complete", "ttlMs": 60_000 if modern else 0,
+                                       "cacheScope": "private",
+                                       "contents": [{"uri": "note://plan", "text": "alice's plan"}],
+                                       **({} if modern else {"_meta": {"io.modelcontextprotocol/serverInfo": {
+                                           "name": "scripted", "version": "1"}}})}
+        assert for_bob["error"]["code"] == -32602  # type: ignore[index]
         nursery.cancel_scope.cancel()

@@ -60,9 +60,9 @@ from warden.gateway.mrtr import Exchange
 from warden.gateway.questions import Asker, ServerQuestions, wire_asker
 from warden.gateway.recorder import Recorder
 from warden.gateway.shaping import (
+    passed_complete,
     present_capabilities,
     result_kind,
-    state_complete,
     strip_host_meta,
     to_legacy_result,
     to_modern_result,
@@ -862,7 +862,8 @@ class Gateway:
             return encode_result(request.id, shown.result)
         if ctx.upstream is Era.MODERN:
             if ctx.era is Era.MODERN:
-                return encode_result(request.id, shown.result if stated else state_complete(shown.result))
+                return encode_result(request.id, passed_complete(shown.result, stated=stated, method=request.method,
+                                                                 principal=ctx.caller.principal))
             return encode_result(request.id, encode_json(to_legacy_result(shown.result_dict())))
         return encode_result(request.id, encode_json(
             to_modern_result(shown.result_dict(), request.method, description.server_info)))

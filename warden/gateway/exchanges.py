@@ -19,7 +19,7 @@ from warden.errors import RemoteProtocolError
 from warden.gateway.link import Context, HostLink
 from warden.gateway.mrtr import Exchange, Questions
 from warden.gateway.questions import ServerQuestions, for_modern_host
-from warden.gateway.shaping import result_kind, state_complete, to_modern_result
+from warden.gateway.shaping import passed_complete, result_kind, to_modern_result
 from warden.gateway.task_routing import TaskRouting
 from warden.policy.pins import digest as pin_digest
 from warden.protocol.eras import Era
@@ -85,7 +85,8 @@ class Exchanges:
             kind, stated = result_kind(step.result, tasks=tasks)
             if kind == "input_required":
                 return encode_result(request.id, await self._questions.passed_input_required(step, ctx))
-            return encode_result(request.id, step.result if stated else state_complete(step.result))
+            return encode_result(request.id, passed_complete(step.result, stated=stated, method=request.method,
+                                                             principal=ctx.caller.principal))
         return encode_result(request.id, encode_json(
             to_modern_result(step.result_dict(), request.method, description.server_info)))
 

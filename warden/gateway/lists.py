@@ -23,7 +23,7 @@ from warden.gateway.link import NO_SINK, Context, HostLink, Sink, UpstreamCall
 from warden.gateway.listen import Listeners
 from warden.gateway.pinwatch import watch_file
 from warden.gateway.recorder import Recorder
-from warden.gateway.shaping import strip_host_meta
+from warden.gateway.shaping import cache_scope, strip_host_meta
 from warden.policy import EntryKind
 from warden.protocol.eras import LIST_METHODS, Era
 from warden.protocol.messages import (
@@ -121,8 +121,7 @@ class Lists:
         if ctx.era is Era.MODERN:
             result["resultType"] = "complete"
             result["ttlMs"] = int(ttl)
-            # what a principal sees depends on its own approvals: never shareable across users (PX21, SEC06)
-            result["cacheScope"] = "private" if private or link.principal is not None else "public"
+            result["cacheScope"] = cache_scope(private, link.principal)
         return encode_result(request.id, encode_json(result))
 
     async def _fetch_all(self, method: str, params: Mapping[str, Any], ctx: Context,

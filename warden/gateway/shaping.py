@@ -27,7 +27,7 @@ from warden.protocol.eras import (
     Era,
     result_type,
 )
-from warden.protocol.messages import INTERNAL_ERROR
+from warden.protocol.messages import INTERNAL_ERROR, decode_object, encode_json
 
 _MODERN_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
 _MODERN_RESULT_META: Final = (META_SERVER_INFO, META_SUBSCRIPTION_ID)
@@ -97,12 +97,32 @@ def state_complete(raw: bytes) -> bytes:
     return b'{"resultType":"complete"' + (b"," + body if body[:1] != b"}" else b"}")
 
 
+def cache_scope(private: bool, principal: str | None) -> str:
+    """The ``cacheScope`` of a cacheable result warden answers a 2026 host: ``"private"`` when its source said so,
+    and whenever it is answered to an authenticated ``principal``: what warden shows or lets through is decided per
+    principal (policy, approvals), so what one was told is no other's to share (PX21, SEC06)."""
+    return "private" if private or principal is not None else "public"
+
+
+def passed_complete(raw: bytes, *, stated: bool, method: str, principal: str | None) -> bytes:
+    """A 2026 server's complete result (raw) as warden passes it to a 2026 host of ``principal``: its
+    ``resultType`` stated (:func:`state_complete`) and, for a cacheable result answered to a principal, its
+    ``cacheScope`` per :func:`cache_scope`; otherwise byte for byte."""
+    passed = raw if stated else state_complete(raw)
+    if principal is None or method not in CACHEABLE_METHODS:
+        return passed
+    result = decode_object(passed)
+    result["cacheScope"] = cache_scope(result.get("cacheScope") != "public", principal)
+    return encode_json(result)
+
+
 def to_modern_result(result: dict[str, Any], method: str, server_info: Mapping[str, Any] | None) -> dict[str, Any]:
     """Add what a modern host expects to a legacy server's result."""
     result["resultType"] = "complete"
     if method in CACHEABLE_METHODS:
-        result.setdefault("ttlMs", 0)
-        result.setdefault("cacheScope", "private")
+        # a 2025-11-25 server has no say in either (warden cannot vouch for its result): what it says is not carried
+        result["ttlMs"] = 0
+        result["cacheScope"] = "private"
     if server_info is not None:
         meta = result.setdefault("_meta", {})
         if isinstance(meta, dict):
