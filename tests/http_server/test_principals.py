@@ -238,8 +238,10 @@ async def test_a_shared_servers_resource_update_reaches_only_the_principals_that
         subscribed = await w.post({"jsonrpc": "2.0", "id": 1, "method": "resources/subscribe",
                                    "params": {"uri": uri}}, as_(w, bob, mcp_session_id=sessions[bob]))
         assert subscribed.status_code == 200, subscribed.text
+        assert subscribed.json()["result"] == {}
 
-    async with warden_http([*recording(tmp_path / "upstream.log"), "--subscribe"], cwd=tmp_path) as w, \
+    async with warden_http([*recording(tmp_path / "upstream.log"), "--subscribe", "--resource", uri],
+                           cwd=tmp_path) as w, \
             two_streams(w, alice, bob, before=bob_subscribes) as (sessions, hers, his):
         called = await w.post(legacy_call(2, "notify", {"method": "notifications/resources/updated", "uri": uri}),
                               as_(w, alice, mcp_session_id=sessions[alice]))
@@ -247,3 +249,33 @@ async def test_a_shared_servers_resource_update_reaches_only_the_principals_that
         assert await his.message() == {"jsonrpc": "2.0", "method": "notifications/resources/updated",
                                        "params": {"uri": uri}}
         await nothing_within_a_second(hers)
+
+
+async def test_a_subscription_is_decided_like_a_read_of_its_uri(tmp_path: Path) -> None:
+    """Found in review: a legacy host's ``resources/subscribe`` was forwarded with no decision at all, so a host
+    could watch (and learn of changes to) a resource it may not read: here one the server never listed, which no
+    read may reach (DESIGN invariant 3). Now it is refused as the read would be (-32602 with the uri), recorded as a
+    denied ``resources/subscribe``, and nothing reaches the server; a listed one is subscribed to, recorded as
+    allowed."""
+    alice = add_token("alice")
+    listed, unlisted = "file:///home/alice/notes.txt", "file:///home/bob/secret.txt"
+    log = tmp_path / "upstream.log"
+    async with warden_http([*recording(log), "--subscribe", "--resource", listed], cwd=tmp_path) as w:
+        session = (await w.post({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+            as_(w, alice))).headers["mcp-session-id"]
+        answers = [(await w.post({"jsonrpc": "2.0", "id": n, "method": "resources/subscribe", "params": {"uri": uri}},
+                                 as_(w, alice, mcp_session_id=session))).json() for n, uri in ((1, unlisted),
+                                                                                               (2, listed))]
+    refused, allowed = answers
+    assert refused["error"]["code"] == -32602, refused
+    assert refused["error"]["message"].startswith(f"resource {unlisted!r} is not in server ")
+    assert refused["error"]["data"]["uri"] == unlisted
+    assert allowed["result"] == {}
+    sent = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [m["params"]["uri"] for m in sent if m.get("method") == "resources/subscribe"] == [listed]
+    decided = [r for r in audit_records("call.decided") if r["method"] == "resources/subscribe"]
+    assert [(r["target"], r["decision"], r["principal"]) for r in decided] == [
+        (unlisted, "deny", "token:alice"), (listed, "allow", "token:alice")]
+    assert [(r["method"], r["outcome"]) for r in audit_records("call.outcome")
+            if r["decision_index"] == decided[1]["index"]] == [("resources/subscribe", "ok")]

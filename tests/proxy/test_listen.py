@@ -1,12 +1,23 @@
 """``subscriptions/listen`` through warden: acknowledged with what warden can deliver (MS28), change notifications
-tagged with the listen's id (MS29), for a legacy server behind a 2026 host."""
+tagged with the listen's id (MS29), for a legacy server behind a 2026 host; a resource subscribed to only where its
+principal may read it."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import pytest
+import trio
+
+from tests.audit.test_audit_log import verify_dir
+from tests.gateway_harness import MemoryConnector, ScriptedServer, legacy_handshake, start_gateway
+from tests.obligations.scripts import modern_meta
 from tests.support import FIXTURES, PYTHON, RawHost, through_warden
+from warden import audit
+from warden.gateway.link import NO_SINK, HostLink
+from warden.protocol.messages import Request, encode_json, encode_request
+from warden.upstream.connection import UpstreamOptions
 
 MODERN = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
           "io.modelcontextprotocol/clientCapabilities": {},
@@ -68,3 +79,62 @@ async def test_MS29_a_servers_non_object_meta_on_a_change_does_not_stop_the_tagg
     await host.request(3, "tools/list", {"_meta": MODERN})
     assert "result" in await host.response(3)
     await host.close()
+
+
+NOTE = "note://plan"
+
+
+async def legacy_notes(server: ScriptedServer) -> None:
+    """A 2025-11-25 server that lists one resource (:data:`NOTE`) and takes a subscription to any URI."""
+    while (message := await server.receive()) is not None:
+        if message.get("id") is None or await legacy_handshake(server, message,
+                                                                capabilities={"resources": {"subscribe": True}}):
+            continue
+        if message.get("method") == "resources/list":
+            await server.answer(message, {"resources": [{"uri": NOTE, "name": "plan"}]})
+        elif message.get("method") == "resources/templates/list":
+            await server.answer(message, {"resourceTemplates": []})
+        else:
+            await server.answer(message, {})
+
+
+@pytest.mark.trio
+async def test_MS28_a_listen_subscribes_only_to_the_resources_its_principal_may_read(tmp_path: Path) -> None:
+    """Found in review: a 2026 host's ``subscriptions/listen`` subscribed a legacy server to every URI it named,
+    with no decision, so bob could hear of changes to a resource approved for alice only (or to one no one may
+    read). Now each URI is decided like a read of it for the listen's principal and recorded as a
+    ``resources/subscribe`` decision; a refused one is left out of the acknowledgement (MS28: it reflects what is
+    honored) and never reaches the server."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    connector = MemoryConnector(legacy_notes)
+    async with audit.open_audit_log(state) as log, trio.open_nursery() as nursery:
+        gateway = await start_gateway(tmp_path, connector, nursery, options=UpstreamOptions(), on_new="ask", log=log)
+        alice, bob = HostLink("alice", principal="alice"), HostLink("bob", principal="bob")
+        for link in (alice, bob):
+            gateway.attach(link)
+        body = encode_json({"_meta": modern_meta()})
+        await gateway.handle(Request(b"1", "resources/list", body, encode_request(b"1", "resources/list", body)),
+                             alice, NO_SINK)  # observed: waits for approval
+        store = gateway.guard.store
+        note = next(e.digest for e in store.entries("scripted") if e.key == NOTE)
+        store.approve_exact("scripted", [("resource", NOTE, note)], by="test", principals=["alice"])
+        store.approve("scripted")  # the rest (identity) for everyone
+        acknowledged = {}
+        for link in (alice, bob):
+            body = encode_json({"_meta": modern_meta(),
+                                "notifications": {"resourceSubscriptions": [NOTE, "note://unlisted"]}})
+            listen = Request(b'"listen"', "subscriptions/listen", body,
+                             encode_request(b'"listen"', "subscriptions/listen", body))
+            sink, stream = trio.open_memory_channel[bytes](8)
+            nursery.start_soon(gateway.handle, listen, link, sink)
+            with trio.fail_after(10):
+                acknowledged[link.name] = json.loads(await stream.receive())["params"]["notifications"]
+        assert acknowledged == {"alice": {"resourceSubscriptions": [NOTE]}, "bob": {}}
+        seen = connector.connections[-1].server.seen
+        assert [m["params"]["uri"] for m in seen if m.get("method") == "resources/subscribe"] == [NOTE]
+        nursery.cancel_scope.cancel()
+    decided = [(r["target"], r["decision"], r["principal"]) for r in verify_dir(state)[1]
+               if r["event"] == "call.decided" and r["method"] == "resources/subscribe"]
+    assert decided == [(NOTE, "allow", "alice"), ("note://unlisted", "deny", "alice"), (NOTE, "deny", "bob"),
+                       ("note://unlisted", "deny", "bob")]

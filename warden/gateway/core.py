@@ -171,6 +171,13 @@ def _restarted(name: str) -> UpstreamClosed:
                                "are checked against their pin first)")
 
 
+def _unreadable(request: Request, uri: object, exc: PolicyError) -> bytes:
+    """A refused read (or subscription) of ``uri``: to the host an unreadable resource is a resource not found,
+    -32602 with its uri (SEP-2164)."""
+    return encode_error(request.id, INVALID_PARAMS, f"{exc.message}. To allow it: {exc.hint}",
+                        {"uri": uri, "hint": exc.hint})
+
+
 def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
     if isinstance(exc, RemoteProtocolError):
         return encode_error(id_raw, exc.jsonrpc_code, exc.message)
@@ -383,7 +390,8 @@ class Gateway:
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
         self._listeners = Listeners(name=name, links=self._links, upstream=lambda: self.upstream,
-                                    connected=self._connected, unasked=self._unasked)
+                                    connected=self._connected, unasked=self._unasked,
+                                    subscribe=self._subscribed_upstream)
         self._lists = Lists(name=name, guard=guard, recorder=recorder, background=background,
                             upstream=lambda: self.upstream, connected=self._connected, call=self._call_upstream,
                             hosts=self._listeners)
@@ -614,10 +622,25 @@ class Gateway:
 
     async def _subscription(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                             sink: Sink) -> bytes:
-        """A legacy host's ``resources/subscribe`` or ``unsubscribe``, forwarded; whose it is is kept, so the
-        server's updates for that URI reach the principals that subscribed (:meth:`_whose`)."""
-        response, reply = await self._forward(request, ctx, params, sink)
+        """A legacy host's ``resources/subscribe`` (decided like a read of its URI: :meth:`_subscribable`) or
+        ``unsubscribe``, forwarded; whose it is is kept, so the server's updates for that URI reach the principals
+        that subscribed (:meth:`_whose`)."""
         uri = params.get("uri")
+        index: int | None = None
+        if request.method == "resources/subscribe":
+            if not isinstance(uri, str):
+                return encode_error(request.id, INVALID_PARAMS, "resources/subscribe needs a string uri")
+            try:
+                index = await self._subscribable(request, uri, ctx.caller, link.session_key)
+            except PolicyError as exc:
+                return _unreadable(request, uri, exc)
+        try:
+            response, reply = await self._forward(request, ctx, params, sink)
+        except WardenError as exc:
+            self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
+                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+            raise
+        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
         if reply.ok and isinstance(uri, str):
             if request.method == "resources/subscribe":
                 self._subscribed.setdefault(uri, set()).add(link.principal)
@@ -627,14 +650,49 @@ class Gateway:
                     del self._subscribed[uri]
         return response
 
+    async def _subscribed_upstream(self, request: Request, uri: str, ctx: Context, link: HostLink) -> bool:
+        """One URI of a 2026 host's ``subscriptions/listen`` subscribed to on a legacy server, when its host may
+        read it (:meth:`_subscribable`); whether it was (a refused one is left out of the acknowledgement)."""
+        try:
+            index = await self._subscribable(request, uri, ctx.caller, link.session_key)
+        except PolicyError:
+            return False
+        try:
+            reply = await self.upstream.request("resources/subscribe", {"uri": uri})
+        except WardenError as exc:
+            self.recorder.outcome(index, method="resources/subscribe", result=None, error=exc.message,
+                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+            raise
+        self.recorder.outcome(index, method="resources/subscribe", result=reply.result, error=reply.message or None)
+        return reply.ok
+
+    async def _subscribable(self, request: Request, uri: str, caller: Caller, session: str | None) -> int | None:
+        """Decide a subscription of ``caller`` to ``uri`` exactly as a read of it, with no one to ask: whoever may
+        not read a resource may not hear of its changes either. Recorded like the read (method
+        ``resources/subscribe``); an allowed one's record index is returned (its outcome is tied to it).
+
+        Raises:
+            PolicyError: refused (nothing is sent to the server).
+            AuditError: the log could not take the allowed decision: refused.
+        """
+        await self._lists.know("resources/read")
+        decision = self._decide("resources/read", {"uri": uri}, channel=False, session=session,
+                                principal=caller.principal)
+        if decision.effect is Effect.ALLOW:
+            return await self.recorder.decided(method="resources/subscribe", target=uri, decision=decision,
+                                               approval=self.guard.approval("resource", uri), request=request.raw,
+                                               caller=caller)
+        log.warning("%s: resources/subscribe refused: %s", self._name, decision.reason)
+        await self.recorder.decided(method="resources/subscribe", target=uri, decision=decision, approval=None,
+                                    request=None, caller=caller)
+        raise self.guard.refuse(decision)
+
     async def _read(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                     sink: Sink) -> bytes | Handled:
         try:
             return await self._audited(request, ctx, params, link, sink)
         except PolicyError as exc:
-            # To the host an unreadable resource is a resource not found: -32602 with its uri (SEP-2164).
-            return encode_error(request.id, INVALID_PARAMS, f"{exc.message}. To allow it: {exc.hint}",
-                                {"uri": params.get("uri"), "hint": exc.hint})
+            return _unreadable(request, params.get("uri"), exc)
 
     async def _audited(self, request: Request, ctx: Context, params: dict[str, Any], link: HostLink,
                        sink: Sink) -> bytes | Handled:

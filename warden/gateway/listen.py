@@ -34,6 +34,10 @@ _LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
 }
 
 
+Subscribe = Callable[[Request, str, Context, HostLink], Awaitable[bool]]
+"""Subscribe a legacy server to one URI of a host's listen, if that host may read it; whether it was."""
+
+
 @final
 @dataclass(slots=True, eq=False)
 class _Listener:
@@ -53,12 +57,14 @@ class Listeners:
     """The hosts that hear what changed: ``links`` (the gateway's connected hosts) and the listens open now."""
 
     def __init__(self, *, name: str, links: Set[HostLink], upstream: Callable[[], Upstream],
-                 connected: Callable[[], Awaitable[ServerDescription]], unasked: Unasked) -> None:
+                 connected: Callable[[], Awaitable[ServerDescription]], unasked: Unasked,
+                 subscribe: Subscribe) -> None:
         self._name = name
         self._unasked = unasked
         self._links = links
         self._upstream = upstream
         self._connected = connected
+        self._subscribe = subscribe
         self._listeners: set[_Listener] = set()
         self._wanted_upstream: dict[str, bool] = {}
 
@@ -103,8 +109,7 @@ class Listeners:
         uris = [u for u in asked if isinstance(u, str)] if isinstance(asked, list) else []
         resources = capabilities.get("resources")
         if uris and description.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe"):
-            upstream = self._upstream()
-            subscribed = [uri for uri in uris if (await upstream.request("resources/subscribe", {"uri": uri})).ok]
+            subscribed = [uri for uri in uris if await self._subscribe(request, uri, ctx, link)]
             if subscribed:
                 honored["resourceSubscriptions"] = subscribed
         listener = _Listener(sink, decode_json(request.id), honored, link.session_key, link.principal)
