@@ -537,3 +537,57 @@ async def test_an_eager_legacy_server_says_it_waits_for_a_host_then_runs_once_on
         assert [t["name"] for t in (await host.response(1))["result"]["tools"]] == ["old__echo", "old__hang"]
         assert hub.members["old"].status()["state"] == "running"
         assert len(servers["old"].connections) == 1  # the process started eagerly is the one that serves
+
+
+URL_QUESTION = {"mode": "url", "message": "Sign in", "url": "https://example.com/oauth", "elicitationId": "e-1"}
+COMPLETED_E1 = {"method": "notifications/elicitation/complete", "params": {"elicitationId": "e-1"}}
+
+
+def url_asker(*, completes: bool) -> Any:
+    """A legacy server whose ``hang`` asks a URL-mode elicitation with the id ``e-1``; if it ``completes``, it also
+    says ``e-1`` is complete, once before asking (an id it had not used yet) and once after."""
+    async def asks(server: ScriptedServer) -> None:
+        call = server.seen[-1]
+        if completes:
+            await server.send(COMPLETED_E1)
+        await server.send({"jsonrpc": "2.0", "id": "q1", "method": "elicitation/create", "params": URL_QUESTION})
+        assert await server.receive() is not None  # the host's answer
+        if completes:
+            await server.send(COMPLETED_E1)
+        await server.send({"method": "notifications/message", "params": {"level": "info", "data": "marker"}})
+        await server.answer(call, {"content": [{"type": "text", "text": "done"}]})
+    return lambda server: legacy_server(server, on_call=asks)
+
+
+@pytest.mark.trio
+async def test_PX12_a_url_elicitations_id_is_its_servers_so_another_cannot_complete_it(tmp_path: Path) -> None:
+    """Found in review (PX12): the hub showed the host every server's URL-elicitation ids as the servers chose
+    them, in the host's one id space, so a server that learned another's id (``e-1``, alpha's) could ask and
+    complete its own elicitation under it, and the host read alpha's as complete. Now the ids are shown as
+    ``SERVER<sep>ID``, like task ids: beta's completion names ``beta__e-1`` only, and its completion of ``e-1``
+    before it had asked one (alpha's, to beta's gateway an id it never used) reaches no one."""
+    scripts = {"alpha": url_asker(completes=False), "beta": url_asker(completes=True)}
+    async with hub_in_process(tmp_path, scripts, user_policy='[defaults.capabilities]\nelicitation = "url"\n') \
+            as (host, _hub, _servers):
+        await host.request(0, "initialize", {"protocolVersion": "2025-11-25",
+                                             "capabilities": {"elicitation": {"url": {}}},
+                                             "clientInfo": {"name": "h", "version": "1"}})
+        await host.response(0)
+        await host.notify("notifications/initialized")
+        shown = []
+        for n, server in enumerate(("alpha", "beta"), start=1):
+            await host.request(n, "tools/call", {"name": f"{server}__hang", "arguments": {}})
+            with trio.fail_after(10):
+                while (question := await host.receive()) is not None and \
+                        question.get("method") != "elicitation/create":
+                    pass
+            assert question is not None
+            shown.append(question["params"]["elicitationId"])
+            await host.send({"jsonrpc": "2.0", "id": question["id"], "result": {"action": "accept"}})
+            assert (await host.response(n))["result"]["content"][0]["text"] == "done"
+        with trio.fail_after(10):
+            while sum(m.get("method") == "notifications/message" for m in host.seen) < 2:
+                assert await host.receive() is not None
+    assert shown == ["alpha__e-1", "beta__e-1"]
+    completions = [m["params"] for m in host.seen if m.get("method") == "notifications/elicitation/complete"]
+    assert completions == [{"elicitationId": "beta__e-1"}]

@@ -8,7 +8,9 @@ handling — because each has its own gateway and upstream. The hub only names, 
   shown name is always the one the hub put there: a shown name splits back one way only, and two servers' entries
   can never collide. A shown name longer than the spec's 128 characters is left out and logged.
 - Task ids are shown the same way (``time__3f2a...``): two servers' ids never meet, and a ``tasks/*`` request
-  names the server it goes to. Each server's gateway still decides which host owns which of its tasks.
+  names the server it goes to. Each server's gateway still decides which host owns which of its tasks. So are
+  URL-mode elicitation ids, so no server can complete another's elicitation; each server's gateway passes on only
+  the completions of ids its server asked (PX12).
 - Resources keep their URIs. A read goes to the server that listed the URI, else to the one server whose template
   makes it (:mod:`warden.protocol.uri_template`); a URI two servers claim is refused, never guessed.
 - Each host link has one sub-link per server. It shares the host's session engine (so any server's question is
@@ -35,6 +37,7 @@ from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
 from warden.gateway.link import NO_SINK, Answer, Handled, HostLink, LegacyHost, Rewritten, Sink, Started
+from warden.gateway.questions import shown_elicitation_ids
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     MAX_TASKS,
@@ -766,9 +769,14 @@ class Hub:
     # -- tasks: ids shown as SERVER<sep>ID -----------------------------------------------------------------------
 
     def _shown_by(self, member: Member) -> Callable[[bytes], bytes | None]:
-        """What a message ``member``'s gateway sends a host becomes: its task ids shown under the server's name."""
+        """What a message ``member``'s gateway sends a host becomes: its task ids and URL-mode elicitation ids
+        shown under the server's name (None: dropped, an id in it could not be shown)."""
         prefix = member.name + self._separator
-        return lambda message: shown_task_ids(message, prefix)
+
+        def shown(message: bytes) -> bytes | None:
+            renamed = shown_task_ids(message, prefix)
+            return None if renamed is None else shown_elicitation_ids(renamed, prefix)
+        return shown
 
     def _tasks_shown(self, member: Member, request: Request, response: bytes) -> bytes:
         """``member``'s answer to a task-augmented ``tools/call`` or a ``tasks/*`` request, the task ids its

@@ -48,6 +48,10 @@ REMEMBERED_ELICITATIONS: Final = 256
 _INPUT_REQUIRED_FIELDS: Final = frozenset({"resultType", "inputRequests", "requestState", "_meta"})
 """An ``InputRequiredResult`` as a 2026 host gets it from a 2026 server: nothing else of the server's result."""
 
+_COMPLETION_HEAD: Final = encode_notification("notifications/elicitation/complete", b"")[:-2]
+_QUESTION_HEAD: Final = b'{"jsonrpc":"2.0","id":'
+_ELICITATION: Final = b',"method":"elicitation/create","params":'
+
 
 class Asking(Protocol):
     """A forwarded request that may make the server ask its host something (the gateway keeps them while they
@@ -71,6 +75,28 @@ def wire_asker(link: HostLink, sink: Sink) -> Asker:
     async def ask(method: str, params: Mapping[str, Any]) -> Reply:
         return await link.ask(sink, method, params)
     return ask
+
+
+def shown_elicitation_ids(message: bytes, prefix: str) -> bytes | None:
+    """``message`` (as warden encoded it for a host) with its URL-mode elicitation id renamed ``prefix + ID``: an
+    ``elicitation/create`` question's, a ``notifications/elicitation/complete``'s. ``warden serve`` shows every
+    server's ids so, as it shows task ids: its host holds one id space for all of them, where a server that learned
+    another's id could otherwise ask and complete an elicitation of its own under it, and the host would read the
+    other's as complete. Every other message passes unread. None: a completion that cannot be read (dropped, since
+    its id could not be shown)."""
+    completion = message.startswith(_COMPLETION_HEAD)
+    if not completion and not (message.startswith(_QUESTION_HEAD) and _ELICITATION in message):
+        return message
+    try:
+        body = decode_object(message)
+    except (msgspec.DecodeError, TypeError):
+        log.warning("an elicitation message this host should get could not be read; %s",
+                    "dropped" if completion else "passed on as warden wrote it")
+        return None if completion else message
+    params = body.get("params")
+    if not isinstance(params, dict) or not isinstance(params.get("elicitationId"), str):
+        return None if completion else message
+    return encode_json({**body, "params": {**params, "elicitationId": prefix + params["elicitationId"]}})
 
 
 def for_modern_host(question: Mapping[str, Any]) -> dict[str, Any]:
