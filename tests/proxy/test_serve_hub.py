@@ -6,6 +6,7 @@ wait at once.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +27,10 @@ from tests.gateway_harness import (
 )
 from warden.errors import ConfigError
 from warden.gateway.hub import Member, check_server_names, split_name
+from warden.gateway.questions import shown_elicitation_ids
 from warden.policy import PinStore
 from warden.protocol.eras import META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION
+from warden.protocol.messages import encode_notification, encode_request
 from warden.protocol.uri_template import template_pattern
 from warden.upstream.connection import UpstreamOptions
 
@@ -591,3 +594,30 @@ async def test_PX12_a_url_elicitations_id_is_its_servers_so_another_cannot_compl
     assert shown == ["alpha__e-1", "beta__e-1"]
     completions = [m["params"] for m in host.seen if m.get("method") == "notifications/elicitation/complete"]
     assert completions == [{"elicitationId": "beta__e-1"}]
+
+
+def test_only_an_elicitations_own_id_is_shown_under_its_server() -> None:
+    """Its place only: a question's and a completion's ``params.elicitationId``; anything else (a form question,
+    a log line naming an ``elicitationId``) passes byte for byte. A completion whose id cannot be shown (none, or
+    nested too deeply to read here) is dropped; a question that cannot be read passes as warden wrote it."""
+    question = encode_request(b'"w-1"', "elicitation/create", b'{"mode":"url","url":"https://x","elicitationId":"e"}')
+    assert json.loads(shown_elicitation_ids(question, "srv__") or b"")["params"]["elicitationId"] == "srv__e"
+    done = encode_notification("notifications/elicitation/complete", b'{"elicitationId":"e"}')
+    assert json.loads(shown_elicitation_ids(done, "srv__") or b"")["params"] == {"elicitationId": "srv__e"}
+    form = encode_request(b'"w-2"', "elicitation/create", b'{"mode":"form","message":"elicitationId"}')
+    log_line = encode_notification("notifications/message", b'{"level":"info","data":{"elicitationId":"e"}}')
+    assert [shown_elicitation_ids(m, "srv__") for m in (form, log_line)] == [form, log_line]
+    assert shown_elicitation_ids(encode_notification("notifications/elicitation/complete", b'{"elicitationId":5}'),
+                                 "srv__") is None
+    deep = b'{"elicitationId":"e","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    assert shown_elicitation_ids(encode_notification("notifications/elicitation/complete", deep), "srv__") is None
+    deep_question = encode_request(b'"w-3"', "elicitation/create", deep)
+    assert shown_elicitation_ids(deep_question, "srv__") == deep_question
+
+
+@given(st.binary(max_size=200).map(lambda b: encode_notification("notifications/elicitation/complete", b))
+       | st.binary(max_size=200).map(lambda b: encode_request(b"1", "elicitation/create", b))
+       | st.binary(max_size=200))
+def test_any_bytes_are_shown_passed_on_or_dropped_never_an_error(data: bytes) -> None:
+    shown = shown_elicitation_ids(data, "srv__")
+    assert shown is None or isinstance(shown, bytes)
