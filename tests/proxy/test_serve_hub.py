@@ -606,7 +606,9 @@ def test_only_an_elicitations_own_id_is_shown_under_its_server() -> None:
     assert json.loads(shown_elicitation_ids(done, "srv__") or b"")["params"] == {"elicitationId": "srv__e"}
     form = encode_request(b'"w-2"', "elicitation/create", b'{"mode":"form","message":"elicitationId"}')
     log_line = encode_notification("notifications/message", b'{"level":"info","data":{"elicitationId":"e"}}')
-    assert [shown_elicitation_ids(m, "srv__") for m in (form, log_line)] == [form, log_line]
+    nested = encode_request(b'"w-4"', "sampling/createMessage", b'{"elicitationId":"e","x":{"a":1,'
+                            b'"method":"elicitation/create","params":{}}}')
+    assert [shown_elicitation_ids(m, "srv__") for m in (form, log_line, nested)] == [form, log_line, nested]
     assert shown_elicitation_ids(encode_notification("notifications/elicitation/complete", b'{"elicitationId":5}'),
                                  "srv__") is None
     deep = b'{"elicitationId":"e","x":' + b"[" * 5000 + b"]" * 5000 + b"}"

@@ -94,7 +94,8 @@ def shown_elicitation_ids(message: bytes, prefix: str) -> bytes | None:
                     "dropped" if completion else "passed on as warden wrote it")
         return None if completion else message
     params = body.get("params")
-    if not isinstance(params, dict) or not isinstance(params.get("elicitationId"), str):
+    if body.get("method") not in ("elicitation/create", "notifications/elicitation/complete") or \
+            not isinstance(params, dict) or not isinstance(params.get("elicitationId"), str):
         return None if completion else message
     return encode_json({**body, "params": {**params, "elicitationId": prefix + params["elicitationId"]}})
 
