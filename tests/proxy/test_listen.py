@@ -104,7 +104,8 @@ async def test_MS28_a_listen_subscribes_only_to_the_resources_its_principal_may_
     with no decision, so bob could hear of changes to a resource approved for alice only (or to one no one may
     read). Now each URI is decided like a read of it for the listen's principal and recorded as a
     ``resources/subscribe`` decision; a refused one is left out of the acknowledgement (MS28: it reflects what is
-    honored) and never reaches the server."""
+    honored) and never reaches the server. The server's update of the one subscribed to reaches the listen that
+    subscribed to it (MS29), though two principals are connected."""
     state = tmp_path / "state"
     state.mkdir(mode=0o700)
     connector = MemoryConnector(legacy_notes)
@@ -120,7 +121,7 @@ async def test_MS28_a_listen_subscribes_only_to_the_resources_its_principal_may_
         note = next(e.digest for e in store.entries("scripted") if e.key == NOTE)
         store.approve_exact("scripted", [("resource", NOTE, note)], by="test", principals=["alice"])
         store.approve("scripted")  # the rest (identity) for everyone
-        acknowledged = {}
+        acknowledged, streams = {}, {}
         for link in (alice, bob):
             body = encode_json({"_meta": modern_meta(),
                                 "notifications": {"resourceSubscriptions": [NOTE, "note://unlisted"]}})
@@ -130,9 +131,15 @@ async def test_MS28_a_listen_subscribes_only_to_the_resources_its_principal_may_
             nursery.start_soon(gateway.handle, listen, link, sink)
             with trio.fail_after(10):
                 acknowledged[link.name] = json.loads(await stream.receive())["params"]["notifications"]
+            streams[link.name] = stream
         assert acknowledged == {"alice": {"resourceSubscriptions": [NOTE]}, "bob": {}}
         seen = connector.connections[-1].server.seen
         assert [m["params"]["uri"] for m in seen if m.get("method") == "resources/subscribe"] == [NOTE]
+        await connector.connections[-1].server.send({"method": "notifications/resources/updated",
+                                                     "params": {"uri": NOTE}})
+        with trio.fail_after(10):  # alice's listen hears it (before: with two principals connected, no listen did)
+            updated = json.loads(await streams["alice"].receive())
+        assert updated["params"] == {"uri": NOTE, "_meta": {"io.modelcontextprotocol/subscriptionId": "listen"}}
         nursery.cancel_scope.cancel()
     decided = [(r["target"], r["decision"], r["principal"]) for r in verify_dir(state)[1]
                if r["event"] == "call.decided" and r["method"] == "resources/subscribe"]

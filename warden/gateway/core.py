@@ -1165,13 +1165,14 @@ class Gateway:
         """Which principals' hosts a server notification tied to no request (a log line, a resource update) may
         reach. The server may be shared by several (``shared = true`` behind ``warden serve --http``), and such a
         line may quote one user's arguments or paths: so every host when the connected ones are one principal's
-        (None); else, for a resource's update, the principals that subscribed to it; for anything else, that of
-        the requests in flight when they are all one principal's; else none."""
+        (None); else, for a resource's update, the principals that subscribed to it (by ``resources/subscribe`` or
+        on a ``subscriptions/listen``); for anything else, that of the requests in flight when they are all one
+        principal's; else none."""
         if len(self._listeners.principals()) <= 1:
             return None
         if method == "notifications/resources/updated":
             uri = decode_object(params).get("uri") if params else None
-            return set(self._subscribed.get(uri, ())) if isinstance(uri, str) else set()
+            return {*self._subscribed.get(uri, ()), *self._listeners.watching(uri)} if isinstance(uri, str) else set()
         in_flight = {entry.link.principal for entry in self._in_flight}
         return in_flight if len(in_flight) == 1 else set()
 

@@ -72,6 +72,11 @@ class Listeners:
         """Whom the connected hosts and open listens were authenticated as (None: stdio's one local host)."""
         return {*(link.principal for link in self._links), *(listener.principal for listener in self._listeners)}
 
+    def watching(self, uri: str) -> set[str | None]:
+        """Whom the open listens subscribed to ``uri`` (each decided like a read of it) were authenticated as."""
+        return {listener.principal for listener in self._listeners
+                if uri in (listener.honored.get("resourceSubscriptions") or ())}
+
     async def tell(self, method: str, params: bytes | None, *, principals: Set[str | None] | None = None,
                    from_server: bool = False) -> None:
         """``method`` to every connected host (each legacy session, each listen that asked for it), or only to
