@@ -13,7 +13,9 @@ import trio
 
 from tests.gateway_harness import MemoryConnector, ScriptedServer, gateway_in_process, legacy_handshake, start_gateway
 from tests.obligations.scripts import MODERN, modern_meta, modern_server
+from warden.errors import RemoteProtocolError
 from warden.gateway.link import NO_SINK, HostLink
+from warden.gateway.shaping import passed_complete
 from warden.protocol.messages import Request, encode_json, encode_request
 from warden.upstream.connection import UpstreamOptions
 
@@ -160,3 +162,15 @@ async def test_PX21_a_read_decided_per_principal_is_never_said_public(tmp_path: 
                                            "name": "scripted", "version": "1"}}})}
         assert for_bob["error"]["code"] == -32602  # type: ignore[index]
         nursery.cancel_scope.cancel()
+
+
+def test_PX21_a_read_too_deep_to_re_scope_is_refused_never_passed_on_as_public() -> None:
+    """A 2026 server's read result nested past what can be decoded here cannot be made private: it is refused
+    (-32603), not passed on as the server's ``public`` (before, the decode error escaped the gateway's answer
+    path); to the one local host (no principal) it passes byte for byte, as every result does."""
+    deep = b'{"resultType":"complete","cacheScope":"public","x":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    with pytest.raises(RemoteProtocolError, match=r"^the server's resources/read result cannot be read here "
+                                                  r"\(nested too deeply\)$") as refused:
+        passed_complete(deep, stated=True, method="resources/read", principal="alice")
+    assert refused.value.jsonrpc_code == -32603
+    assert passed_complete(deep, stated=True, method="resources/read", principal=None) == deep

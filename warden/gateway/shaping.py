@@ -107,11 +107,20 @@ def cache_scope(private: bool, principal: str | None) -> str:
 def passed_complete(raw: bytes, *, stated: bool, method: str, principal: str | None) -> bytes:
     """A 2026 server's complete result (raw) as warden passes it to a 2026 host of ``principal``: its
     ``resultType`` stated (:func:`state_complete`) and, for a cacheable result answered to a principal, its
-    ``cacheScope`` per :func:`cache_scope`; otherwise byte for byte."""
+    ``cacheScope`` per :func:`cache_scope`; otherwise byte for byte.
+
+    Raises:
+        RemoteProtocolError: the result must be re-scoped and cannot be read here (nested too deeply): it is not
+            passed on, since it would say it may be shared.
+    """
     passed = raw if stated else state_complete(raw)
     if principal is None or method not in CACHEABLE_METHODS:
         return passed
-    result = decode_object(passed)
+    try:
+        result = decode_object(passed)
+    except msgspec.DecodeError as exc:
+        raise RemoteProtocolError(f"the server's {method} result cannot be read here (nested too deeply)",
+                                  jsonrpc_code=INTERNAL_ERROR) from exc
     result["cacheScope"] = cache_scope(result.get("cacheScope") != "public", principal)
     return encode_json(result)
 
