@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from warden.protocol.messages import (
     INVALID_PARAMS,
     INVALID_REQUEST,
+    MAX_NESTING,
     PARSE_ERROR,
     ErrorResponse,
     Invalid,
@@ -23,6 +24,7 @@ from warden.protocol.messages import (
     encode_request,
     encode_result,
     id_key,
+    nested_deeper_than,
     parse_message,
     scan_prefix,
 )
@@ -204,3 +206,44 @@ def test_a_message_nested_beyond_the_decoders_limit_is_invalid_not_an_exception(
     message = parse_message(raw)
     assert isinstance(message, Invalid)
     assert message.code == INVALID_REQUEST
+
+
+def _depth(value: object) -> int:
+    """The test's own oracle: how deep ``value`` nests objects and arrays."""
+    if isinstance(value, dict):
+        return 1 + max((_depth(v) for v in value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max((_depth(v) for v in value), default=0)
+    return 0
+
+
+BRACKETY = st.text(alphabet='[]{}"\\ax\n\u2028', max_size=6)
+JSON_VALUES = st.recursive(st.none() | st.integers() | BRACKETY,
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(BRACKETY, inner, max_size=3),
+                           max_leaves=30)
+
+
+@settings(max_examples=500)
+@given(JSON_VALUES, st.integers(0, 8), st.booleans())
+def test_nesting_is_measured_outside_strings_whatever_they_hold(value: object, limit: int, ascii_only: bool) -> None:
+    text = json.dumps(value, ensure_ascii=ascii_only).encode()
+    assert nested_deeper_than(text, limit) is (_depth(value) > limit)
+
+
+@pytest.mark.parametrize("where", ["params", "result", "error"])
+def test_a_message_nested_past_max_nesting_is_invalid_and_keeps_its_id(where: str) -> None:
+    """Deeper than ``MAX_NESTING`` is refused where it is framed, so that nothing later reads it again deeper down
+    the stack (where msgspec's limit is lower); at the limit it is read whole."""
+    def message(levels: int) -> bytes:  # the envelope and its member add two levels
+        deep = "[" * levels + "]" * levels
+        return {"params": f'{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"x":{deep}}}}}',
+                "result": f'{{"jsonrpc":"2.0","id":7,"result":{{"x":{deep}}}}}',
+                "error": f'{{"jsonrpc":"2.0","id":7,"error":{{"code":1,"message":"m","data":{deep}}}}}'
+                }[where].encode()
+
+    assert not isinstance(parse_message(message(MAX_NESTING - 2)), Invalid)
+    refused = parse_message(message(MAX_NESTING - 1))
+    assert isinstance(refused, Invalid)
+    assert (refused.code, refused.reason, refused.id) == (INVALID_REQUEST, "message is nested deeper than 256 levels",
+                                                          b"7")
+    assert refused.is_request is (where == "params")

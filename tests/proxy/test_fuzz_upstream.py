@@ -15,6 +15,7 @@ import pytest
 import trio
 
 from tests.support import FIXTURES, HUGE, PYTHON, RawHost, nested, shows_a_crash, through_warden
+from warden.protocol.messages import MAX_NESTING
 
 HOSTILE_SERVER = [PYTHON, str(FIXTURES / "hostile_server.py")]
 CAPS = {"elicitation": {"form": {}, "url": {}}, "sampling": {"tools": {}, "context": {}},
@@ -131,6 +132,33 @@ async def test_a_list_entry_nested_300_deep_gets_the_list_an_answer_and_warden_k
     host, stderr = await start(tmp_path)
     await host.initialize(CAPS)
     await survives(host, stderr, 1, then=[method], arm={method: raw({key: [entry]})})
+    await host.close()
+
+
+@pytest.mark.parametrize("era", ["legacy", "modern"])
+async def test_an_answer_nested_past_the_framings_limit_is_an_error_and_warden_keeps_serving(
+        tmp_path: Path, era: str) -> None:
+    """Found in review: a 2026 server's call result nested 947 levels deep was read where it was framed, then
+    overflowed the stack where warden read its resultType (``shaping.result_kind``), and the RecursionError ended
+    warden. Now every message nested deeper than ``MAX_NESTING`` is refused where it is framed: the call gets an
+    error, a message at the limit passes whole, and warden keeps serving."""
+    host, stderr = await start(tmp_path, "--era", era)
+    await host.initialize(CAPS)
+    def deep(levels: int) -> str:  # the envelope and the result add two levels, nested(levels) has levels + 1
+        return '{"content":[],"x":' + '{"a":' * levels + "{}" + "}" * levels + "}"
+
+    at_limit = await hz(host, "at-limit", reply=deep(MAX_NESTING - 3))
+    assert isinstance(at_limit, dict), at_limit
+    assert at_limit["result"]["x"] == nested(MAX_NESTING - 3)
+    for depth in (MAX_NESTING - 2, 600, 947, 2000):
+        got = await hz(host, f"deep-{depth}", reply=deep(depth))
+        assert isinstance(got, dict), got
+        assert got["error"]["message"] == (
+            "the server sent an invalid response: message is nested deeper than 256 levels" if depth < 990 else
+            # past msgspec's own limit even the id cannot be read: the call waits out its deadline, as before
+            "tools/call got no answer from the server within its deadline"), got
+        assert await still_serving(host, f"alive-{depth}") is None
+    assert not tracebacks(stderr), tracebacks(stderr)
     await host.close()
 
 

@@ -14,7 +14,9 @@ carries the JSON-RPC error code to answer with, and the id when one could be fou
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any, Final, final
@@ -180,6 +182,36 @@ def _object(span: bytes, what: str, code: int, raw_id: bytes | None, is_request:
     return value, None
 
 
+#: The deepest a message may nest (objects and arrays, the envelope included). msgspec's own limit is the
+#: interpreter's recursion limit less the frames already on the stack, so a message the framing read (near the top
+#: of the stack) could fail to decode again deeper down, where warden shapes, screens and records it: a hostile peer
+#: ended a face that way more than once. Refused here, once, far below any such depth; MCP's own messages (a tool's
+#: schema, a structured result) nest a few dozen levels.
+MAX_NESTING: Final = 256
+_STEPS: Final = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+_NOT_QUOTES_OR_BRACKETS: Final = bytes(range(256)).translate(None, b'"[]{}')
+
+
+def nested_deeper_than(data: bytes, limit: int) -> bool:
+    """Whether the valid JSON text ``data`` nests objects and arrays more than ``limit`` deep (brackets inside
+    strings do not count). Text with no more opening brackets than ``limit`` is not looked at; other text costs a
+    few passes in C and one over its brackets.
+
+    How: escaped backslashes and quotes go first (outside strings valid JSON has no backslash; inside, each escape
+    is a pair, so removing ``\\\\`` and then ``\\"`` from left to right leaves every unescaped quote and nothing
+    else). Of the rest only quotes and brackets are kept, and two adjacent quotes are dropped (that changes no
+    bracket's count of quotes before it, which says whether it lies in a string): every other piece between the
+    quotes left lies outside the strings. Its brackets become steps of +1 and -1 (``2`` and ``0``, less one), whose
+    running sum is the depth.
+    """
+    if data.count(b"[") + data.count(b"{") <= limit:
+        return False
+    unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = unescaped.translate(None, _NOT_QUOTES_OR_BRACKETS).replace(b'""', b"")
+    steps = b"".join(marks.split(b'"')[::2]).translate(_STEPS)
+    return max(itertools.accumulate(map(operator.sub, steps, itertools.repeat(1))), default=0) > limit
+
+
 def parse_message(data: bytes) -> Message:
     """Classify one framed message. Never raises on peer input; every raw span of a request, notification or
     response it returns decodes (an ``Invalid`` keeps its id as sent, to echo in the error), and a request's or
@@ -220,6 +252,10 @@ def parse_message(data: bytes) -> Message:
             id_value, problem = _decoded(raw_id)
             if problem is not None:
                 return Invalid(INVALID_REQUEST, f"id: {problem}", raw_id, has_method, data)
+
+    if nested_deeper_than(data, MAX_NESTING):
+        return Invalid(INVALID_REQUEST, f"message is nested deeper than {MAX_NESTING} levels", raw_id, has_method,
+                       data)
 
     if has_method:
         if not isinstance(method, str) or not method:
