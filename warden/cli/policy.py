@@ -4,6 +4,10 @@
 (:func:`launch_problems`): the launch decision against the org policy, the sandbox directory rules (the very
 function the sandbox plan calls), and that every ``${secret:NAME}`` the config refers to is set. A config that
 ``check`` passes does not fail those checks at launch.
+
+``explain`` quotes what a host config put in warden's config (``warden import`` copies a server's arguments as
+they were, control characters written as TOML escapes) and what the server's last launch recorded, so each of its
+lines reaches the terminal through :func:`warden.logs.shown`, as every error line does.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 from collections.abc import Collection
 from pathlib import Path
 
+from warden import logs
 from warden.cli._common import CommandContext
 from warden.errors import ConfigError, LaunchError, SandboxUnavailable
 from warden.policy import (
@@ -132,7 +137,8 @@ def explain_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         lines.append(f"  note: no command configured for {args.server!r} and it was never launched here; to decide "
                      f"its launch, give the command as `warden run` gets it: warden policy explain --server "
                      f"{args.server} -- CMD ARGS")
-    print("\n".join(lines))
+    for line in lines:
+        print(logs.shown(line))
     return 0
 
 
