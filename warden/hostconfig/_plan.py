@@ -36,6 +36,7 @@ from pathlib import Path, PurePath
 from typing import Any, Final, Literal, final
 
 from warden.errors import ConfigError
+from warden.escape import char_class
 from warden.hostconfig._formats import (
     REMOVED,
     HostEntry,
@@ -176,13 +177,15 @@ def server_name_for(host_name: str) -> str:
 
 
 def toml_string(value: str) -> str:
-    """A TOML basic string (control characters, quotes and backslashes escaped)."""
+    """A TOML basic string: quotes and backslashes escaped, and every character :func:`char_class` flags (controls,
+    C1 included, bidi, invisible) written as a ``\\u`` escape, so the config file a person opens or prints holds
+    nothing a terminal or an editor would obey or hide, and TOML reads the same value back."""
     out = ['"']
     for ch in value:
         if ch in '"\\':
             out.append("\\" + ch)
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04x}")
+        elif char_class(ch) is not None:
+            out.append(f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}")
         else:
             out.append(ch)
     out.append('"')
