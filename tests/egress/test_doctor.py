@@ -32,3 +32,17 @@ def test_doctor_shows_egress(tmp_path: Path) -> None:
     assert rows["egress bad"]["status"] == "fail"
     assert rows["egress bad"]["detail"].startswith("network.allow entry 'evil.test:443' (user ")
     assert rows["egress bad"]["detail"].endswith("(defaults.network)): it will not start")
+
+
+def test_doctor_shows_a_hostile_config_s_error_escaped_on_its_own_row() -> None:
+    """The egress rows quote the config's error, which quotes the malformed server name; before, the table was
+    printed raw, so the name's erase-line escape ran in the terminal and its line break began a row of its own."""
+    config = Path(os.environ["WARDEN_CONFIG"])
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[servers."e\\u001b[2K\\u001b]8;;https://evil.test/\\u0007x\\nok"]\ncommand = "x"\n')
+    done = subprocess.run([WARDEN, "doctor"], capture_output=True, text=True, check=False)
+    row = next(line for line in done.stdout.split("\n") if line.startswith("egress (config)"))
+    assert row.endswith("  WARN  config not read: 1 problem(s) in " + str(config) + ":\\n  "
+                        + str(config) + ":1: servers.e\\x1b[2K\\x1b]8;;https://evil.test/\\x07x\\nok: server name "
+                        "'e\\x1b[2K\\x1b]8;;https://evil.test/\\x07x\\nok' must be 1-64 of A-Z a-z 0-9 _ . -"), row
+    assert "\x1b" not in done.stdout

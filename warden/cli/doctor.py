@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from warden import logs
 from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError, SandboxUnavailable
 from warden.policy import load_effective_policy
@@ -25,8 +26,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def render(rows: list[Check]) -> str:
+    """The table, each row through :func:`warden.logs.shown`: a detail may quote the config (a malformed server
+    name, as the config error gives it) and what a probe reported, so a line break or an escape in one cannot
+    forge a row or drive the terminal."""
     width = max(len(row.name) for row in rows)
-    return "\n".join(f"{row.name:<{width}}  {_MARK[row.status]:<4}  {row.detail}" for row in rows)
+    return "\n".join(logs.shown(f"{row.name:<{width}}  {_MARK[row.status]:<4}  {row.detail}") for row in rows)
 
 
 def egress_rows(ctx: CommandContext) -> list[Check]:
