@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import pty
+import re
+import select
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.support import WARDEN
 from warden.audit import Decision, Event, Outcome, Record
 from warden.audit._checkpoint import parse_tlog_proof
 from warden.audit._merkle import leaf_hash, verify_inclusion
@@ -264,3 +271,43 @@ def test_verify_with_vkey_refuses_a_log_that_no_checkpoint_binds_to_the_key(
     code, out, _ = run(capsys, state_dir, "report", "--vkey", vkey.strip(), "-o", str(report))
     assert code == 7, out
     assert "VERIFICATION FAILED" in report.read_text()
+
+
+def _show_table(state_dir: Path, columns: int | None) -> str:
+    """``warden audit show`` in a real process: piped (``columns`` None), or on a terminal that many columns wide."""
+    command = [WARDEN, "--state-dir", str(state_dir), "audit", "show"]
+    if columns is None:
+        return subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+    main_fd, tty_fd = pty.openpty()
+    with subprocess.Popen(command, stdout=tty_fd, stderr=subprocess.DEVNULL,
+                          env={**os.environ, "COLUMNS": str(columns), "TERM": "dumb"}) as child:
+        os.close(tty_fd)
+        out = b""
+        with contextlib.suppress(OSError):  # EIO: the child closed the terminal
+            # read as it writes (a full terminal buffer would block it); 60 s of silence is a hang
+            while select.select([main_fd], [], [], 60)[0] and (chunk := os.read(main_fd, 65536)):
+                out += chunk
+        os.close(main_fd)
+        assert child.wait(timeout=60) == 0
+    return re.sub(r"\x1b\[[0-9;]*m", "", out.decode().replace("\r\n", "\n"))
+
+
+@pytest.mark.parametrize("columns", [None, 80, 120])
+def test_a_long_target_cannot_push_the_verdicts_out_of_the_table(state_dir: Path, columns: int | None) -> None:
+    """A target is what a host asked for (a tool name a model made up, a server's resource URI): any length. Before,
+    one long target made rich squeeze every other column of every row to nothing (``#``, ``decision``, ``detail``
+    vanished, ``event`` showed as ``c…``), so a deny read like an allow. Now the outside values wrap in their cells
+    and warden's own columns keep their width."""
+    store = Store.open(state_dir, clock=lambda: T0)
+    store.commit([Record(event=Event.AUDIT_OPENED),
+                  decision(1, target="file:///" + "a" * 400, decision=Decision.DENY, consent=None, rule="deny.read"),
+                  decision(2, server_name="git", target="write_file", rule="allow.write")])
+    store.close()
+    text = _show_table(state_dir, columns)
+    assert "…" not in text
+    rows = [line for line in text.split("\n") if line[:1].isdigit()]
+    assert [row.split()[:4] for row in rows] == [["0", "2027-01-15", "08:00:00.000", "audit.opened"],
+                                                  ["1", "2027-01-15", "08:00:00.000", "call.decided"],
+                                                  ["2", "2027-01-15", "08:00:00.000", "call.decided"]]
+    assert " deny " in rows[1]
+    assert " allow " in rows[2]

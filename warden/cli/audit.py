@@ -322,7 +322,9 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
     written before a value was registered may still hold it — and then :func:`for_terminal`, as one rich ``Text``
     (never markup: ``[link=…]`` in a tool name stays text). ``--json`` prints the stored records redacted, with
     every character :func:`char_class` flags written as a ``\\uXXXX`` escape: the same JSON values, and nothing a
-    terminal would obey (JSON itself leaves DEL, C1 controls and U+202E raw)."""
+    terminal would obey (JSON itself leaves DEL, C1 controls and U+202E raw). In the table, warden's own columns
+    (index, time, event, decision, consent) never wrap and every outside value folds inside its cell, so no value's
+    length (a target is whatever a host asked for) can make rich squeeze a verdict out of the table."""
     if as_json:
         sys.stdout.buffer.write(b"".join(_json_for_terminal(redactor.wire(raw.data)) + b"\n" for raw, _ in rows))
         sys.stdout.flush()
@@ -338,9 +340,8 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
     table = Table(box=None, pad_edge=False, header_style="bold")
     principals = any(r.principal is not None for _, r in rows)  # an HTTP face's records: who was authenticated
     for col in ("#", "time (untrusted)", "event", "server", "host", *(("principal",) if principals else ()),
-                "method", "target", "decision", "by"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("detail", overflow="fold")
+                "method", "target", "decision", "by", "detail"):
+        table.add_column(col, no_wrap=col in ("#", "time (untrusted)", "event", "decision", "by"), overflow="fold")
     for raw, r in rows:
         detail = r.rule or r.reason or r.error or r.violation or ""
         if r.outcome is not None:
