@@ -10,6 +10,10 @@ So every view calls the function for its medium, and nothing else decides what i
 * every other character :func:`char_class` flags (bidi controls, default-ignorables and other format characters,
   tag characters, variation selectors, non-ASCII spaces, line/paragraph separators, private-use, unassigned,
   lone surrogates, letters that render as blank) becomes ``<U+XXXX>``;
+* so does every combining mark after the first :data:`MAX_STACKED_MARKS` in a row: each one alone is ordinary
+  text, but a pile of them ("Zalgo" text) is drawn far above and below its line, over the rows around it, in a
+  browser and in many terminals. Scripts stack two or three on a letter in practice (Vietnamese, Thai, pointed
+  Hebrew), which pass;
 * printable text passes unchanged, backslashes and ``<`` included, so ordinary names, paths and prose read as
   they are. ``for_html`` then HTML-escapes the result.
 
@@ -23,7 +27,7 @@ import html
 import unicodedata
 from typing import Final
 
-__all__ = ["BIDI_CONTROLS", "char_class", "char_name", "for_html", "for_terminal"]
+__all__ = ["BIDI_CONTROLS", "MAX_STACKED_MARKS", "char_class", "char_name", "for_html", "for_terminal"]
 
 _C0_NAMES: Final = (
     "NULL", "START OF HEADING", "START OF TEXT", "END OF TEXT", "END OF TRANSMISSION", "ENQUIRY", "ACKNOWLEDGE",
@@ -54,6 +58,7 @@ _DEFAULT_IGNORABLE: Final = (
     (0xE0000, 0xE0FFF),
 )
 _SHORT: Final = {0x0A: "\\n", 0x0D: "\\r", 0x09: "\\t"}
+MAX_STACKED_MARKS: Final = 3
 
 
 def char_class(ch: str) -> str | None:
@@ -112,15 +117,20 @@ def _escaped(ch: str) -> str:
 
 def for_terminal(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` as it may be written to a terminal, a log line or any plain-text view: nothing in the result is a
-    control character or an invisible one (see the module docstring for the forms).
+    control character or an invisible one, nor a pile of combining marks (see the module docstring for the forms).
 
     ``keep_newlines`` leaves line feeds alone, for a view that shows a multi-line block under its own heading
     (never for a table cell or a one-line field, where a newline forges a row).
     """
     if text.isascii() and text.isprintable():
         return text
-    return "".join(_escaped(ch) if char_class(ch) is not None and not (keep_newlines and ch == "\n") else ch
-                   for ch in text)
+    out = []
+    stacked = 0  # combining marks since the last other character
+    for ch in text:
+        stacked = stacked + 1 if ch >= "\u0300" and unicodedata.category(ch) in ("Mn", "Me") else 0
+        flagged = char_class(ch) is not None and not (keep_newlines and ch == "\n")
+        out.append(_escaped(ch) if flagged or stacked > MAX_STACKED_MARKS else ch)
+    return "".join(out)
 
 
 def for_html(text: str) -> str:

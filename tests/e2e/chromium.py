@@ -42,6 +42,8 @@ class PageVisit:
     scripts: int = 0
     screenshot: bytes = b""
     proxy_connections: int = 0
+    value: Any = None
+    """What the ``evaluate`` expression gave, on the loaded page."""
 
 
 class _Sink:
@@ -119,8 +121,9 @@ class _DevTools:
                 return event
 
 
-def visit(url: str, profile: Path, *, width: int = 1280, height: int = 1600) -> PageVisit:
-    """Load ``url`` in a fresh headless Chromium (``profile`` is its new user-data-dir) and report what happened."""
+def visit(url: str, profile: Path, *, width: int = 1280, height: int = 1600, evaluate: str | None = None) -> PageVisit:
+    """Load ``url`` in a fresh headless Chromium (``profile`` is its new user-data-dir) and report what happened
+    (``evaluate``: a JavaScript expression run on the loaded page, such as where an element was laid out)."""
     assert CHROMIUM is not None
     sink = _Sink()
     to_chrome_r, to_chrome_w = os.pipe()
@@ -155,6 +158,9 @@ def visit(url: str, profile: Path, *, width: int = 1280, height: int = 1600) -> 
         scripts = dev.call("Runtime.evaluate", {"expression": "document.querySelectorAll('script').length",
                                                 "returnByValue": True}, session=session)
         out.scripts = scripts["result"]["value"]
+        if evaluate is not None:
+            out.value = dev.call("Runtime.evaluate", {"expression": evaluate, "returnByValue": True},
+                                 session=session)["result"].get("value")
         shot = dev.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True},
                         session=session)
         out.screenshot = base64.b64decode(shot["data"])

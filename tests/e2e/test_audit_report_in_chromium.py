@@ -30,10 +30,13 @@ import mcp.types as t
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
-from PIL import Image
+from PIL import Image, ImageChops
 
+from tests.audit.helpers import decision
 from tests.e2e.chromium import CHROMIUM, visit
 from tests.support import FIXTURES, PYTHON, WARDEN, sandbox_readable
+from warden.audit import Decision, Event, Record
+from warden.audit._store import Store
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (tests/system-packages.txt)")
 
@@ -172,3 +175,40 @@ async def test_a_tampered_log_still_gives_a_report_that_says_where_it_failed(con
     (ARTIFACTS / "warden-audit-report-tampered.png").write_bytes(visited.screenshot)
     image = Image.open(io.BytesIO(visited.screenshot))
     assert has_color(image, (60, 100, image.size[0] - 60, 130), (0xA3, 0x16, 0x1B), 0.5)  # the red banner
+
+
+BELOW = "\u0347\u0348\u0349\u034d\u034e\u0353\u0354\u0355\u0356\u0359\u035a\u0323\u0324\u0325\u0326\u0329"
+ABOVE = "\u0300\u0301\u0302\u0303\u0304\u0305\u0306\u0307\u0308\u030a\u030b\u030c"
+ZALGO = "ok" + (BELOW + "\u032a\u032b\u032c") * 12 + ABOVE * 12
+
+
+_WHY = "document.querySelector('#highlights + table tr.deny td:last-child')"
+
+
+def test_a_pile_of_combining_marks_is_not_drawn_over_the_rows_around_it(tmp_path: Path) -> None:
+    """A refusal's reason (an error text, a server's message: anything) of "ok" with hundreds of combining marks
+    on the "k", in the report (by the real command) in Chromium, against the same page with that one cell hidden
+    (its layout kept). Before, the marks were drawn hundreds of pixels up the page, over the overview and the
+    checkpoint above the refusal; now only the first few stay on the letter and the rest show as ``<U+034D>``…, so
+    everything above the cell's row is pixel for pixel the same."""
+    state = tmp_path / "state"
+    state.mkdir(mode=0o700)
+    store = Store.open(state, clock=lambda: 1_800_000_000.0)
+    store.commit([Record(event=Event.AUDIT_OPENED)])
+    store.commit([decision(1), decision(2, decision=Decision.DENY, consent=None, reason=ZALGO), decision(3)],
+                 publish=True)
+    store.close()
+    out = tmp_path / "report.html"
+    made = subprocess.run([WARDEN, "--state-dir", str(state), "audit", "report", "-o", str(out)], capture_output=True,
+                          text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    top = f"{_WHY}.parentElement.getBoundingClientRect().top + window.scrollY"
+    shown = visit(out.as_uri(), tmp_path / "profile-shown", evaluate=top)
+    hidden = visit(out.as_uri(), tmp_path / "profile-hidden",
+                   evaluate=f"({_WHY}.style.visibility = 'hidden', {top})")
+    assert shown.errors == hidden.errors == []
+    assert shown.value == hidden.value
+    above = (0, 0, 1280, int(shown.value) - 8)  # a few pixels of the row's padding are the letter's to use
+    drawn = ImageChops.difference(Image.open(io.BytesIO(shown.screenshot)).convert("RGB").crop(above),
+                                  Image.open(io.BytesIO(hidden.screenshot)).convert("RGB").crop(above))
+    assert drawn.getbbox() is None

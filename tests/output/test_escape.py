@@ -4,16 +4,23 @@ browser would act on, or would hide, ever comes out."""
 from __future__ import annotations
 
 import html
+import unicodedata
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warden.escape import char_class, for_html, for_terminal
+from warden.escape import MAX_STACKED_MARKS, char_class, for_html, for_terminal
 
 
 def _printable(text: str) -> bool:
-    return all(char_class(ch) is None for ch in text)
+    """Nothing flagged, and no combining mark past the first ``MAX_STACKED_MARKS`` in a row."""
+    stacked = 0
+    for ch in text:
+        stacked = stacked + 1 if unicodedata.category(ch) in ("Mn", "Me") else 0
+        if char_class(ch) is not None or stacked > MAX_STACKED_MARKS:
+            return False
+    return True
 
 
 @given(st.text())
@@ -48,6 +55,8 @@ def test_html_output_has_no_markup_and_no_flagged_character(text: str) -> None:
     ("trailing\u00a0", "trailing<U+00A0>"),
     ("lone\udc80", "lone<U+DC80>"),
     ("C:\\path <b> & é 日本 🙂", "C:\\path <b> & é 日本 🙂"),
+    ("zalgo" + "\u0301\u0316\u0489" * 3, "zalgo\u0301\u0316\u0489<U+0301><U+0316><U+0489><U+0301><U+0316><U+0489>"),
+    *[(text, text) for text in ("e\u0323\u0302", "\u0e01\u0e35\u0e48", "\u05e9\u05bc\u05c1\u05b8")],  # vi, th, he
 ])
 def test_terminal_forms(raw: str, shown: str) -> None:
     assert for_terminal(raw) == shown
