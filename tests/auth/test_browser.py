@@ -46,3 +46,18 @@ def test_browser_opens_only_with_consent(tmp_path: Path, mode: str, opened: bool
     assert mark.exists() is opened
     if opened:
         assert mark.read_text().strip() == "https://auth.example.com/authorize?state=s"
+
+
+def test_a_look_alike_host_is_set_apart_in_its_ascii_form() -> None:
+    """A server's metadata names the authorization server; a Cyrillic U+0430 for the first Latin "a" makes
+    accounts.google.com the attacker's. The host the user is told to check is shown as DNS looks it up (before:
+    as the look-alike)."""
+    url = "https://\u0430ccounts.google.com/o/oauth2/auth?state=s"
+    script = ("import sys, trio; from warden.auth.browser import present_authorization_url; "
+              "trio.run(present_authorization_url, sys.argv[1], 'srv', 'never')")
+    done = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=60,
+                          start_new_session=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.split("\n")[:3] == [
+        "warden: srv needs your authorization. Sign in at >>> xn--ccounts-1fg.google.com <<<",
+        "warden: open this URL in your browser:", f"  {url}"]

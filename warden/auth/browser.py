@@ -36,9 +36,21 @@ _BOLD: Final = "\x1b[1;7m"
 _RESET: Final = "\x1b[0m"
 
 
+def _host_shown(url: str) -> str:
+    """``url``'s host as DNS will look it up: a name in another script in its IDNA form (``xn--…``), so a look-alike
+    of a known name (a Cyrillic U+0430 for the first ``a`` of ``accounts.google.com``) cannot pass for it where the
+    user is told to look; what IDNA cannot encode shows each character that is not ASCII as ``<U+XXXX>``."""
+    host = urlsplit(url).hostname or "?"
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        return "".join(ch if ch.isascii() else f"<U+{ord(ch):04X}>" for ch in for_terminal(host))
+
+
 def describe_authorization_url(url: str, server: str, *, highlight: bool) -> str:
-    """The lines that show ``url``: which server wants it, the host set apart, and the full URL, all escaped."""
-    host = for_terminal(urlsplit(url).hostname or "?")
+    """The lines that show ``url``: which server wants it, the host set apart (in ASCII, see :func:`_host_shown`),
+    and the full URL, all escaped."""
+    host = _host_shown(url)
     marked = f"{_BOLD} {host} {_RESET}" if highlight else f">>> {host} <<<"
     return (f"warden: {for_terminal(server)} needs your authorization. Sign in at {marked}\n"
             f"warden: open this URL in your browser:\n  {for_terminal(url)}")
