@@ -17,8 +17,8 @@ So every view calls the function for its medium, and nothing else decides what i
 * printable text passes unchanged, backslashes and ``<`` included, so ordinary names, paths and prose read as
   they are. ``for_html`` then HTML-escapes the result.
 
-:func:`char_class` and :func:`char_name` are also what the description scanner and the pin diff use to find and
-name such characters, so "what is flagged" and "what is escaped" cannot drift apart.
+:func:`char_class`, :func:`char_name` and :func:`overstacked` are also what the description scanner and the pin
+diff use to find and name such characters, so "what is flagged" and "what is escaped" cannot drift apart.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import html
 import unicodedata
 from typing import Final
 
-__all__ = ["BIDI_CONTROLS", "MAX_STACKED_MARKS", "char_class", "char_name", "for_html", "for_terminal"]
+__all__ = ["BIDI_CONTROLS", "MAX_STACKED_MARKS", "char_class", "char_name", "for_html", "for_terminal", "overstacked"]
 
 _C0_NAMES: Final = (
     "NULL", "START OF HEADING", "START OF TEXT", "END OF TEXT", "END OF TRANSMISSION", "ENQUIRY", "ACKNOWLEDGE",
@@ -115,6 +115,18 @@ def _escaped(ch: str) -> str:
     return f"<U+{cp:04X}>"
 
 
+def overstacked(text: str) -> set[int]:
+    """The indices of the combining marks of ``text`` that come after the first :data:`MAX_STACKED_MARKS` in a row
+    (what :func:`for_terminal` shows as ``<U+XXXX>``, and what the description scanner reports)."""
+    out: set[int] = set()
+    stacked = 0
+    for i, ch in enumerate(text):
+        stacked = stacked + 1 if ch >= "\u0300" and unicodedata.category(ch) in ("Mn", "Me") else 0
+        if stacked > MAX_STACKED_MARKS:
+            out.add(i)
+    return out
+
+
 def for_terminal(text: str, *, keep_newlines: bool = False) -> str:
     """``text`` as it may be written to a terminal, a log line or any plain-text view: nothing in the result is a
     control character or an invisible one, nor a pile of combining marks (see the module docstring for the forms).
@@ -124,13 +136,9 @@ def for_terminal(text: str, *, keep_newlines: bool = False) -> str:
     """
     if text.isascii() and text.isprintable():
         return text
-    out = []
-    stacked = 0  # combining marks since the last other character
-    for ch in text:
-        stacked = stacked + 1 if ch >= "\u0300" and unicodedata.category(ch) in ("Mn", "Me") else 0
-        flagged = char_class(ch) is not None and not (keep_newlines and ch == "\n")
-        out.append(_escaped(ch) if flagged or stacked > MAX_STACKED_MARKS else ch)
-    return "".join(out)
+    piled = overstacked(text)
+    return "".join(_escaped(ch) if (char_class(ch) is not None and not (keep_newlines and ch == "\n")) or i in piled
+                   else ch for i, ch in enumerate(text))
 
 
 def for_html(text: str) -> str:

@@ -4,23 +4,16 @@ browser would act on, or would hide, ever comes out."""
 from __future__ import annotations
 
 import html
-import unicodedata
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from warden.escape import MAX_STACKED_MARKS, char_class, for_html, for_terminal
+from warden.escape import char_class, for_html, for_terminal, overstacked
 
 
 def _printable(text: str) -> bool:
-    """Nothing flagged, and no combining mark past the first ``MAX_STACKED_MARKS`` in a row."""
-    stacked = 0
-    for ch in text:
-        stacked = stacked + 1 if unicodedata.category(ch) in ("Mn", "Me") else 0
-        if char_class(ch) is not None or stacked > MAX_STACKED_MARKS:
-            return False
-    return True
+    return all(char_class(ch) is None for ch in text) and not overstacked(text)
 
 
 @given(st.text())

@@ -57,6 +57,7 @@ RULES: Final[dict[str, tuple[Level, str]]] = {
     "unicode-tag": ("error", "Unicode tag characters: invisible text the model still reads."),
     "control-char": ("error", "A control character in a definition."),
     "invisible-char": ("warning", "An invisible or formatting character in a definition."),
+    "stacked-marks": ("error", "Combining marks piled on one character (drawn over what is around them)."),
     "instruction-marker": ("error", "Text aimed at the model rather than describing the tool (prompt injection)."),
     "nonstandard-name": ("error", "A name outside the characters the MCP specification gives for names."),
     "name-refused": ("error", "A name warden refuses to pin (charset, a look-alike twin, a secret): never listed."),

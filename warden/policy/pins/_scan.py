@@ -15,7 +15,7 @@ from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, final
 
-from warden.escape import char_name, for_terminal
+from warden.escape import MAX_STACKED_MARKS, char_name, for_terminal, overstacked
 from warden.policy._visible import HiddenChar, hidden_chars
 from warden.protocol.mcp_headers import check_tool_headers
 
@@ -142,6 +142,11 @@ def _scan_string(text: str, path: str) -> Iterator[Finding]:
             msg += f"; they spell \"{for_terminal(decoded)}\""
         first = chars[0].index
         yield Finding(code, path, f"{msg}; first at {first}: {_excerpt(text, first, first + 1)}")
+    piled = sorted(overstacked(text))
+    if piled:
+        yield Finding("stacked-marks", path, f"{len(piled)} combining mark(s) piled past {MAX_STACKED_MARKS} on one "
+                                             f"character (drawn over the lines around it); first at {piled[0]}: "
+                                             f"{_excerpt(text, piled[0], piled[0] + 1)}")
     for m in _ANSI.finditer(text):
         yield Finding("ansi-escape", path, f"terminal escape sequence \"{for_terminal(m.group(0))}\" at {m.start()}: "
                                            f"{_excerpt(text, m.start(), m.end())}")
