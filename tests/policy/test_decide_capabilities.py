@@ -443,3 +443,18 @@ def test_decisions_are_deterministic(tmp_path: Path) -> None:
     f = ToolCallFacts(sp, "x", A, A, {"a": 1}, consent_channel=True)
     assert {decide(f) for _ in range(5)} == {decide(f)}
     assert os.environ.get("WARDEN_STATE_DIR")  # the conftest isolation is in force
+
+
+def test_a_refused_path_is_quoted_with_its_piled_marks_named(tmp_path: Path) -> None:
+    """The reason goes to the host as the error text its user and model read: a path whose combining marks are
+    piled on one letter (drawn over the host's lines around it) has all but the first three named, as every hidden
+    character is (before: quoted as it was)."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    sp = server(tmp_path, user=f"[[servers.s.arguments]]\ntool = 'read'\nargument = 'path'\nunder = ['{proj}']\n")
+    args = {"path": "/etc/x" + "\u0316" * 5}
+    decision = decide(ToolCallFacts(sp, "read", A, A, args, resolved_paths=resolve_argument_paths(sp, "read", args)))
+    assert decision.effect is Effect.DENY
+    assert decision.reason.startswith("argument 'path' of tool 'read' is '/etc/x\u0316\u0316\u0316"
+                                      "⟦U+0316 COMBINING GRAVE ACCENT BELOW⟧⟦U+0316 COMBINING GRAVE ACCENT BELOW⟧', "
+                                      f"outside ['{proj}']")

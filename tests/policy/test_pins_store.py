@@ -199,6 +199,7 @@ def test_render_visible_names_everything_and_cannot_be_spoofed() -> None:
     assert render_visible("⟦U+0041 X⟧") == "⟦U+27E6 MATHEMATICAL LEFT WHITE SQUARE BRACKET⟧U+0041 X" \
                                           "⟦U+27E7 MATHEMATICAL RIGHT WHITE SQUARE BRACKET⟧"
     assert render_visible("\U000e0041") == "⟦U+E0041 TAG LATIN CAPITAL LETTER A⟧"
+    assert render_visible("e\u0323\u0302\u0301\u0300") == "e\u0323\u0302\u0301⟦U+0300 COMBINING GRAVE ACCENT⟧"
 
 
 def test_DESIGN8_invalid_x_mcp_header_is_flagged() -> None:

@@ -35,10 +35,13 @@ def label(ch: str) -> str:
 
 
 def render_visible(text: str) -> str:
-    """``text`` with every character :func:`char_class` flags replaced by its :func:`label`; nothing removed."""
+    """``text`` with every character :func:`char_class` flags, and every combining mark piled past
+    :data:`~warden.escape.MAX_STACKED_MARKS` on one character (drawn over the lines around it), replaced by its
+    :func:`label`; nothing removed."""
     if all(" " <= ch <= "~" or ch == "\n" for ch in text):
         return text
-    return "".join(label(ch) if char_class(ch) is not None else ch for ch in text)
+    piled = escape.overstacked(text)
+    return "".join(label(ch) if char_class(ch) is not None or i in piled else ch for i, ch in enumerate(text))
 
 
 @final
