@@ -61,7 +61,7 @@ RULES: Final[dict[str, tuple[Level, str]]] = {
     "instruction-marker": ("error", "Text aimed at the model rather than describing the tool (prompt injection)."),
     "nonstandard-name": ("error", "A name outside the characters the MCP specification gives for names."),
     "name-refused": ("error", "A name warden refuses to pin (charset, a look-alike twin, a secret): never listed."),
-    "name-collision": ("warning", "Another server has a tool of the same name."),
+    "name-collision": ("warning", "Another server has a tool of the same name, or of one that looks the same."),
     "cross-server-reference": ("warning", "The definition names another server's tool (possible shadowing)."),
     "x-mcp-header": ("warning", "An invalid x-mcp-header annotation in the input schema."),
     "scanner-finding": ("error", "A finding of the description scanner (a kind this report has no own rule for)."),

@@ -17,6 +17,7 @@ from typing import Any, Final, final
 
 from warden.escape import MAX_STACKED_MARKS, char_name, for_terminal, overstacked
 from warden.policy._visible import HiddenChar, hidden_chars
+from warden.policy.pins._names import name_skeleton
 from warden.protocol.mcp_headers import check_tool_headers
 
 __all__ = ["Finding", "scan_definition"]
@@ -209,9 +210,11 @@ def scan_definition(kind: str, definition: Any, *, server: str,
                                     f"name \"{for_terminal(name)}\" is not 1-128 of A-Z a-z 0-9 _ - . "
                                     "(look-alike letters and spaces can impersonate another tool)"))
         for other, names in sorted(others.items()) if not namespaced else ():
-            if name in names:
+            twins = sorted(n for n in names if name_skeleton(n) == name_skeleton(name))
+            if twins:  # the same name, or one a reader takes for it ("send_emaiI" for "send_email")
+                alike = "" if twins[0] == name else " (a look-alike of this one)"
                 findings.append(Finding("name-collision", "$.name",
-                                        f"server {other!r} also has a tool named \"{for_terminal(name)}\""))
+                                        f"server {other!r} also has a tool named \"{for_terminal(twins[0])}\"{alike}"))
     patterns = [(other, n, _name_pattern(n)) for other, names in sorted(others.items())
                 for n in sorted(names) if len(n) >= 3 and n != name]
     if namespaced:  # the model sees another server's tool as OTHER__NAME: a mention in that form shadows too
