@@ -41,6 +41,23 @@ class Implementation(BaseModel):
     version: str
 
 
+#: What of a server's ``serverInfo`` warden passes on to hosts: names and words, never a URL. ``icons`` and
+#: ``websiteUrl`` are fetched or opened by a host, outside any sandbox, and their text is chosen by a server that
+#: may have read the user's files first: a way out for a server warden gives no network (nothing of
+#: ``serverInfo`` is pinned or reviewed, unlike a tool's icons).
+SHOWN_SERVER_INFO: Final = ("name", "title", "version", "description")
+
+
+def shown_server_info(info: Mapping[str, Any] | None, *, fallback_name: str) -> dict[str, Any]:
+    """The ``serverInfo`` hosts are told: the strings of :data:`SHOWN_SERVER_INFO` of the server's own (a name and
+    a version always: ``fallback_name`` and ``"unknown"`` when it gave none)."""
+    shown = {key: value for key in SHOWN_SERVER_INFO
+             if isinstance(value := (info or {}).get(key), str)}
+    shown.setdefault("name", fallback_name)
+    shown.setdefault("version", "unknown")
+    return shown
+
+
 class DiscoverResult(BaseModel):
     """The fields warden reads from ``server/discover`` (ER04). Unknown fields are kept, not dropped."""
 

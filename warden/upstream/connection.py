@@ -64,6 +64,7 @@ from warden.protocol.probe import (
     SendDiscover,
     StdioProbe,
     check_initialize_result,
+    shown_server_info,
 )
 from warden.protocol.session import (
     KEPT_PROGRESS,
@@ -131,6 +132,7 @@ class ServerDescription:
     version: str
     capabilities: Mapping[str, Any]
     server_info: Mapping[str, Any]
+    """As hosts are told it (:func:`~warden.protocol.probe.shown_server_info`): no URL of the server's."""
     instructions: str | None
 
 
@@ -1044,7 +1046,7 @@ class Upstream:
                 if self._recalled == "legacy":
                     self._remember(None)
                 discover = step.discover
-                info = discover.server_info() or {"name": self.name, "version": "unknown"}
+                info = shown_server_info(discover.server_info(), fallback_name=self.name)
                 log.info("%s: modern server (%s)", self.name, step.version)
                 return ServerDescription(Era.MODERN, step.version, discover.capabilities, info,
                                          discover.instructions)
@@ -1079,7 +1081,8 @@ class Upstream:
         self._legacy_unconfirmed = False  # it answered: LEGACY is now what this server said
         log.info("%s: legacy server, negotiated %s", self.name, init.protocol_version)
         return ServerDescription(Era.LEGACY, init.protocol_version, init.capabilities,
-                                 init.server_info.model_dump(by_alias=True), init.instructions)
+                                 shown_server_info(init.server_info.model_dump(by_alias=True), fallback_name=self.name),
+                                 init.instructions)
 
     async def _handshake(self, session: _Session, capabilities: Mapping[str, Any]) -> InitializeResult:
         """The legacy lifecycle (LC01–LC09): ``initialize`` offering the latest legacy version with what the
