@@ -260,9 +260,10 @@ def pypi_index_tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsInde
 
 
 @pytest.fixture
-def fresh_home(tmp_path: Path, npm_registry: NpmRegistry, pypi_index: PypiIndex) -> Path:
-    """A new user's HOME whose only registry configuration points at the local registries."""
-    home = tmp_path / "home"
+def fresh_home(tmp_path_factory: pytest.TempPathFactory, npm_registry: NpmRegistry, pypi_index: PypiIndex) -> Path:
+    """A new user's HOME whose only registry configuration points at the local registries. Not inside
+    ``tmp_path``, which the tests' config grants as a write dir: warden refuses a write dir holding a home."""
+    home = tmp_path_factory.mktemp("home")
     (home / ".config" / "uv").mkdir(parents=True)
     (home / ".npmrc").write_text(npm_registry.npmrc())
     (home / ".config" / "uv" / "uv.toml").write_text(f'index-url = "{pypi_index.url}simple/"\n')
