@@ -112,6 +112,27 @@ async def test_server_filesystem_in_a_container_writes_only_its_workspace(state_
     assert not (reference / "evil.txt").exists()
 
 
+async def test_B08_07_a_container_keeps_the_workspaces_git_read_only(state_dir: Path, host_dir: Path,
+                                                                      podman: str) -> None:
+    """The write dir's protected entries are read-only volumes in a container too (``.git`` here, made writable
+    for the sandbox's group like the rest of the workspace), and the rest of the workspace stays writable."""
+    workspace = sandbox_writable(host_dir / "ws")
+    git = sandbox_writable(workspace / ".git")
+    (git / "config").write_text("[core]\n\tbare = false\n")
+    (git / "config").chmod(0o664)
+    settings = container(podman, write_dirs=[str(workspace)])
+    spec = LaunchSpec(argv=("node", str(FILESYSTEM), str(workspace)))
+    async with mcp_session(make_launcher(settings, state_dir=state_dir), spec) as session:
+        planted = await session.call_tool("write_file", {"path": str(git / "config"),
+                                                         "content": "[core]\n\tfsmonitor = /tmp/pwn\n"})
+        written = await session.call_tool("write_file", {"path": str(workspace / "note.txt"), "content": "hi"})
+    assert planted.get("isError") is True, planted
+    assert "read-only file system" in McpSession.text(planted).lower()
+    assert (git / "config").read_text() == "[core]\n\tbare = false\n"
+    assert not written.get("isError"), written
+    assert (workspace / "note.txt").read_text() == "hi"
+
+
 async def test_mcp_server_time_in_a_container(state_dir: Path, podman: str) -> None:
     launcher = make_launcher(container(podman), state_dir=state_dir)
     async with mcp_session(launcher, LaunchSpec(argv=(str(VENV_BIN / "mcp-server-time"),))) as session:
