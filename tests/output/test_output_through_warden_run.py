@@ -50,7 +50,9 @@ def _env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(home: Path, *args: str) -> str:
-    done = subprocess.run([WARDEN, *args], capture_output=True, text=True, env=_env(home), timeout=120)
+    # wide enough that no value folds in its table cell: the views are searched for each value's escaped form whole
+    done = subprocess.run([WARDEN, *args], capture_output=True, text=True, env=_env(home, COLUMNS="1000"),
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout + done.stderr
 

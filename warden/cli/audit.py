@@ -353,7 +353,9 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
                       *((cell(r.principal or "", 24),) if principals else ()), cell(r.method or ""),
                       cell(r.target or ""), r.decision.value if r.decision else "",
                       r.consent.value if r.consent else "", cell(detail))
-    width = None if sys.stdout.isatty() else 200  # piped output: do not squeeze into 80 columns
+    # piped output: not squeezed into 80 columns, and wide enough that a value folds only past 1,000 characters
+    # (a target may hold 2,048), so that grep finds it whole
+    width = None if sys.stdout.isatty() else 1000
     Console(soft_wrap=False, width=width).print(table)
 
 
