@@ -11,6 +11,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import trio
 from mcp import Client, StdioServerParameters
 
@@ -18,22 +19,32 @@ from tests.http_client.httpserver import Exchange, HttpServer
 from tests.http_client.mocks import ModernMock
 from tests.support import FIXTURES, PYTHON, WARDEN
 
+# How a user runs the import: the console script, or `python -m warden` of a venv that is not on PATH (the host
+# entry then starts that interpreter with `-m warden`; `-m warden.cli` was written before, which Python refuses:
+# "No module named warden.cli.__main__", so every imported server failed to start).
+_INVOKED = {"console script": ([WARDEN], os.environ["PATH"]), "python -m warden, off PATH": ([PYTHON, "-m", "warden"],
+                                                                                          "/usr/bin:/bin")}
 
+
+@pytest.mark.parametrize("invoked", sorted(_INVOKED))
 async def test_imported_local_entry_gets_its_env_value_from_the_secrets_store(trusting_config: Path,
-                                                                             tmp_path: Path) -> None:
+                                                                             tmp_path: Path, invoked: str) -> None:
     secret = "tok-" + os.urandom(8).hex()
     host_file = tmp_path / "claude_desktop_config.json"
     host_file.write_text(json.dumps({"mcpServers": {"envy": {
         "command": PYTHON, "args": [str(FIXTURES / "env_server.py")], "env": {"CANARY_TOKEN": secret}}}}))
+    argv, path = _INVOKED[invoked]
     imported = await trio.to_thread.run_sync(lambda: subprocess.run(
-        [WARDEN, "import", str(host_file)], capture_output=True, text=True, timeout=60, check=False))
+        [*argv, "import", str(host_file)], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "PATH": path}))
     assert imported.returncode == 0, imported.stderr
     entry = json.loads(host_file.read_text())["mcpServers"]["envy"]
     assert secret not in json.dumps(entry)
+    assert entry["command"] == (str(Path(WARDEN).resolve()) if argv == [WARDEN] else PYTHON)
     log = tmp_path / "w.log"
     params = StdioServerParameters(command="sh", args=["-c", " ".join(["exec", entry["command"], *entry["args"],
                                                                       f"2>>{log}"])],
-                                   env={"PATH": os.environ["PATH"]})
+                                   env={"PATH": path, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
     with trio.fail_after(60):
         async with Client(params, mode="legacy") as client:
             result = await client.call_tool("env_digest", {"name": "CANARY_TOKEN"})

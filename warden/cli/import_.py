@@ -67,7 +67,7 @@ def _warden_argv(ctx: CommandContext) -> list[str]:
     elif (found := shutil.which("warden")) is not None:
         exe = [str(Path(found).resolve())]
     else:
-        exe = [sys.executable, "-m", "warden.cli"]
+        exe = [sys.executable, "-m", "warden"]
     return [*exe, "--config", str(ctx.config_path), "--state-dir", str(ctx.state_dir)]
 
 
