@@ -358,6 +358,33 @@ def test_import_refuses_what_run_would_refuse(home: Path, isolated_env: Path) ->
     assert "nothing was imported or written" in r.stderr
 
 
+_GIT_SOURCE = b"""{
+  "numStartups": 3,
+  "mcpServers": {
+    "x": {"type": "stdio", "command": "uvx", "args": ["--from", "git+https://github.com/example/mcp-x", "mcp-x"],
+          "env": {}}
+  }
+}
+"""
+
+
+def test_import_refuses_a_package_source_that_every_start_would_refuse(home: Path, isolated_env: Path) -> None:
+    """A ``uvx --from git+https://...`` entry was imported (exit 0), and then every start of it failed; now the
+    import refuses it, saying why and what to write instead, and writes nothing."""
+    path = home / ".claude.json"
+    home.mkdir(exist_ok=True)
+    path.write_bytes(_GIT_SOURCE)
+    before = snapshot(home)
+    r = warden(home, "import", "--dry-run")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[1] == (
+        f"warden:   {path}: mcpServers.x: 'git+https://github.com/example/mcp-x' is a git repository, URL or path, "
+        "not a package on the Python package index: warden takes packages only from the index, where it checks "
+        "every file against the index's hash (fix: name the package as the Python package index has it: NAME or "
+        "NAME==VERSION (warden then fetches it into its store and runs it sandboxed))")
+    assert snapshot(home) == before
+
+
 def test_a_symlinked_host_file_stays_a_link(home: Path, isolated_env: Path, tmp_path: Path) -> None:
     dotfiles = tmp_path / "dotfiles"
     dotfiles.mkdir()

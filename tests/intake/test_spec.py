@@ -63,6 +63,12 @@ def test_requests_have_one_key_whatever_the_spelling() -> None:
     (["npx", "pkg@1.0;rm -rf /"], "is not an npm version, tag or range"),
     (["uvx", "pkg==1.0 --index-url=http://evil"], "is not a version warden accepts"),
     (["uvx", "-pkg"], "does not understand the uvx option '-pkg'"),
+    (["uvx", "--from", "git+https://github.com/o/r", "x"], "'git\\+https://github.com/o/r' is a git repository, URL "
+                                                          "or path, not a package on the Python package index"),
+    (["npx", "-y", "github:o/r"], "'github:o/r' is a git repository, URL or path, not a package on the npm "
+                                  "registry"),
+    (["pipx", "run", "--spec", "/home/me/src/tool", "tool"], "'/home/me/src/tool' is a git repository, URL or "
+                                                             "path, not a package on the Python package index"),
 ])
 def test_commands_warden_cannot_map_to_one_package_are_refused_by_name(argv: list[str], message: str) -> None:
     with pytest.raises(IntakeError, match=message) as info:

@@ -221,7 +221,8 @@ def test_policy_check_refuses_a_write_dir_no_sandbox_uid_could_write(isolated_en
     passes as it is."""
     project = tmp_path / "project"
     project.mkdir()
-    path = config(f'[servers.fs]\ncommand = "npx"\n[servers.fs.sandbox]\nwrite_dirs = ["{project}"]\n')
+    path = config(f'[servers.fs]\ncommand = "npx"\nargs = ["-y", "@modelcontextprotocol/server-filesystem"]\n'
+                  f'[servers.fs.sandbox]\nwrite_dirs = ["{project}"]\n')  # a bare npx: refused as no package
     r = warden("policy", "check", str(path))
     if os.geteuid() == 0:
         assert r.returncode == 2

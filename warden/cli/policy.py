@@ -18,7 +18,8 @@ from pathlib import Path
 
 from warden import logs
 from warden.cli._common import CommandContext
-from warden.errors import ConfigError, LaunchError, SandboxUnavailable
+from warden.errors import ConfigError, IntakeError, LaunchError, SandboxUnavailable
+from warden.intake import parse_runner
 from warden.policy import (
     EffectivePolicy,
     PinStore,
@@ -74,6 +75,11 @@ def launch_problems(server: ServerPolicy, *, state_dir: Path, secret_names: Coll
         if not decision.allowed:
             problems.append(f"launch refused: {decision.reason} [{decision.rule}]"
                             + (f" (fix: {decision.hint})" if decision.hint else ""))
+    if server.argv and server.sandbox.value.kind != "none":
+        try:  # an npx/uvx/pipx command warden cannot map to one package it fetches itself fails at every start
+            parse_runner(server.argv)
+        except IntakeError as exc:
+            problems.append(f"{exc.message} (fix: {exc.hint})" if exc.hint else exc.message)
     try:
         check_sandbox_settings(server.sandbox.value, state_dir=state_dir)
     except (LaunchError, SandboxUnavailable) as exc:

@@ -72,6 +72,21 @@ def normalize_pypi_name(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.split("[", 1)[0]).lower()
 
 
+_SOURCE_PREFIXES = ("git+", "git@", "github:", "gitlab:", "bitbucket:", "file:", "/", "./", "../", "~")
+
+
+def _not_a_name(text: str, what: str, index: str, forms: str) -> IntakeError:
+    """The refusal of ``text`` where a package name goes. A git repository, URL or path (``uvx --from
+    git+https://...``) is named as such: the runner accepts it, so "not a package name" alone would leave the user
+    guessing why warden does not."""
+    if "://" in text or text.startswith(_SOURCE_PREFIXES):
+        return IntakeError(f"{text!r} is a git repository, URL or path, not a package on {index}: warden takes "
+                           "packages only from the index, where it checks every file against the index's hash",
+                           hint=f"name the package as {index} has it: {forms} (warden then fetches it into its "
+                                "store and runs it sandboxed)")
+    return IntakeError(f"{text!r} is not {what}", hint=f"write it as {forms}")
+
+
 def parse_npm_package(text: str) -> tuple[str, str | None]:
     """``@scope/pkg@^1.2`` -> (``@scope/pkg``, ``^1.2``); ``pkg`` -> (``pkg``, None).
 
@@ -81,8 +96,7 @@ def parse_npm_package(text: str) -> tuple[str, str | None]:
     at = text.find("@", 1)  # position 0 is the scope's '@'
     name, spec = (text[:at], text[at + 1:]) if at > 0 else (text, None)
     if not _NPM_NAME.fullmatch(name) or len(name) > 214:
-        raise IntakeError(f"{text!r} is not an npm package name",
-                          hint="write it as NAME, NAME@VERSION or @SCOPE/NAME@VERSION")
+        raise _not_a_name(text, "an npm package name", "the npm registry", "NAME, NAME@VERSION or @SCOPE/NAME@VERSION")
     if spec is not None and not _NPM_SPEC.fullmatch(spec):
         raise IntakeError(f"{text!r}: {spec!r} is not an npm version, tag or range",
                           hint="write it as NAME@1.2.3, NAME@latest or NAME@^1.2")
@@ -102,8 +116,7 @@ def parse_pypi_package(text: str) -> tuple[str, str | None]:
             name, spec = text[:at], text[at:] if operator != "@" else text[at + 1:]
             break
     if not _PYPI_NAME.fullmatch(name):
-        raise IntakeError(f"{text!r} is not a Python package name",
-                          hint="write it as NAME or NAME==VERSION")
+        raise _not_a_name(text, "a Python package name", "the Python package index", "NAME or NAME==VERSION")
     if spec is not None:
         version = spec
         for operator in _PYPI_OPERATORS:
