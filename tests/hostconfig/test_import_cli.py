@@ -368,20 +368,38 @@ _GIT_SOURCE = b"""{
 """
 
 
-def test_import_refuses_a_package_source_that_every_start_would_refuse(home: Path, isolated_env: Path) -> None:
-    """A ``uvx --from git+https://...`` entry was imported (exit 0), and then every start of it failed; now the
-    import refuses it, saying why and what to write instead, and writes nothing."""
+_NPM_EXEC = b"""{
+  "mcpServers": {
+    "x": {
+      "command": "npm",
+      "args": ["exec", "@modelcontextprotocol/server-everything"]
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(("content", "problem"), [
+    (_GIT_SOURCE, "'git+https://github.com/example/mcp-x' is a git repository, URL or path, not a package on the "
+                  "Python package index: warden takes packages only from the index, where it checks every file "
+                  "against the index's hash (fix: name the package as the Python package index has it: NAME or "
+                  "NAME==VERSION (warden then fetches it into its store and runs it sandboxed))"),
+    # before: imported, and then every first request hung (npm in a sandbox without network retries the registry)
+    (_NPM_EXEC, "`npm exec` downloads its package each time the server starts, and a sandboxed server has no "
+                "network for that (fix: write the server as `npx -y PACKAGE [ARGS]`: warden fetches the package "
+                "into its store once (none of its code runs), then runs it sandboxed)"),
+])
+def test_import_refuses_a_package_command_that_every_start_would_refuse(home: Path, isolated_env: Path,
+                                                                         content: bytes, problem: str) -> None:
+    """A ``uvx --from git+https://...`` or ``npm exec PKG`` entry was imported (exit 0), and then every start of it
+    failed; now the import refuses it, saying why and what to write instead, and writes nothing."""
     path = home / ".claude.json"
     home.mkdir(exist_ok=True)
-    path.write_bytes(_GIT_SOURCE)
+    path.write_bytes(content)
     before = snapshot(home)
     r = warden(home, "import", "--dry-run")
     assert r.returncode == 2
-    assert r.stderr.splitlines()[1] == (
-        f"warden:   {path}: mcpServers.x: 'git+https://github.com/example/mcp-x' is a git repository, URL or path, "
-        "not a package on the Python package index: warden takes packages only from the index, where it checks "
-        "every file against the index's hash (fix: name the package as the Python package index has it: NAME or "
-        "NAME==VERSION (warden then fetches it into its store and runs it sandboxed))")
+    assert r.stderr.splitlines()[1] == f"warden:   {path}: mcpServers.x: {problem}"
     assert snapshot(home) == before
 
 

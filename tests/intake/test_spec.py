@@ -38,6 +38,8 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
                                                          "pipx")),
     (["pipx", "run", "--spec", "pkg>=2", "prog", "a"], PackageRequest("pypi", "pkg", ">=2", "prog", ("a",), "pipx")),
     (["node", "server.js"], None),
+    (["npm", "ci"], None),
+    (["bun", "server.ts"], None),
 ])
 def test_runner_commands_name_one_package(argv: list[str], expected: PackageRequest | None) -> None:
     assert parse_runner(argv) == expected
@@ -67,6 +69,14 @@ def test_requests_have_one_key_whatever_the_spelling() -> None:
                                                           "or path, not a package on the Python package index"),
     (["npx", "-y", "github:o/r"], "'github:o/r' is a git repository, URL or path, not a package on the npm "
                                   "registry"),
+    (["npm", "exec", "@modelcontextprotocol/server-everything"], "`npm exec` downloads its package each time the "
+                                                                 "server starts"),
+    (["/usr/bin/npm", "x", "pkg"], "`npm x` downloads its package"),
+    (["bunx", "pkg"], "`bunx` downloads its package"),
+    (["pnpx", "pkg"], "`pnpx` downloads its package"),
+    (["pnpm", "dlx", "pkg"], "`pnpm dlx` downloads its package"),
+    (["yarn", "dlx", "pkg"], "`yarn dlx` downloads its package"),
+    (["bun", "x", "pkg"], "`bun x` downloads its package"),
     (["pipx", "run", "--spec", "/home/me/src/tool", "tool"], "'/home/me/src/tool' is a git repository, URL or "
                                                              "path, not a package on the Python package index"),
 ])

@@ -7,7 +7,9 @@ bytes until ``warden update``.
 
 Options a runner would act on that warden cannot honour without running something else (``uvx --with``,
 ``npx --call``, ``--python``) are refused by name rather than dropped: dropping one would run another program
-than the one the host configuration describes.
+than the one the host configuration describes. So are the other runners that download a package when the server
+starts (``npm exec``, ``bunx``, ``pnpm dlx``, ``yarn dlx``): a sandboxed server has no network, so such a server
+would hang on its first request; the refusal says to write it as ``npx -y``, which warden fetches itself.
 """
 
 from __future__ import annotations
@@ -187,6 +189,8 @@ def _pipx(args: Sequence[str]) -> PackageRequest:
 
 
 RUNNERS = ("npx", "uvx", "pipx")
+_FETCHING_RUNNERS: frozenset[str | tuple[str, ...]] = frozenset({
+    "bunx", "pnpx", ("npm", "exec"), ("npm", "x"), ("pnpm", "dlx"), ("yarn", "dlx"), ("bun", "x")})
 
 
 def parse_runner(argv: Sequence[str]) -> PackageRequest | None:
@@ -200,6 +204,12 @@ def parse_runner(argv: Sequence[str]) -> PackageRequest | None:
     if not argv:
         return None
     runner = argv[0].rsplit("/", 1)[-1]
+    with_sub = (runner, *argv[1:2])
+    if runner in _FETCHING_RUNNERS or with_sub in _FETCHING_RUNNERS:
+        shown = runner if runner in _FETCHING_RUNNERS else " ".join(with_sub)
+        raise IntakeError(f"`{shown}` downloads its package each time the server starts, and a sandboxed server "
+                          "has no network for that", hint="write the server as `npx -y PACKAGE [ARGS]`: warden "
+                          "fetches the package into its store once (none of its code runs), then runs it sandboxed")
     if runner == "npx":
         return _npx(argv[1:])
     if runner == "uvx":
