@@ -298,6 +298,78 @@ def test_an_imported_server_s_hostile_arguments_are_written_as_toml_escapes(home
             '\\u009b2J", "\\u200bx\\U000e0041"]\n') in text
     assert tomllib.loads(text)["servers"]["docs"]["args"] == args
 
+
+_WINDSURF = b"""{
+  "mcpServers": {
+    "time": {
+      "command": "uvx",
+      "args": ["mcp-server-time"],
+      "disabled": false,
+      "disabledTools": ["convert_time"]
+    },
+    "fetch": {
+      "command": "uvx",
+      "args": ["mcp-server-fetch"],
+      "disabled": true
+    },
+    "docs": {
+      "serverUrl": "https://docs.example.com/mcp",
+      "headers": {"Authorization": "Bearer ghp_canaryTOKEN0123456789abcdef"}
+    }
+  }
+}
+"""
+_CLINE = b"""{
+  "mcpServers": {
+    "time": {
+      "autoApprove": [],
+      "alwaysAllow": ["get_current_time"],
+      "disabled": false,
+      "timeout": 60,
+      "networkTimeout": 60000,
+      "type": "stdio",
+      "command": "uvx",
+      "args": ["mcp-server-time"]
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize(("where", "raw", "kept"), [
+    (".codeium/windsurf/mcp_config.json", _WINDSURF,
+     {"time": {"disabled": False, "disabledTools": ["convert_time"]}, "fetch": {"disabled": True}, "docs": {}}),
+    (".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json", _CLINE,
+     {"time": {"autoApprove": [], "alwaysAllow": ["get_current_time"], "disabled": False, "timeout": 60,
+               "networkTimeout": 60000}}),
+])
+def test_windsurf_and_cline_files_keep_the_host_s_own_settings(home: Path, isolated_env: Path, where: str,
+                                                               raw: bytes, kept: dict[str, dict[str, Any]]) -> None:
+    """Windsurf's and Cline's entries carry the host's own settings (``disabled``, ``disabledTools``,
+    ``alwaysAllow``, ``autoApprove``, ``timeout``, ``networkTimeout``) and Windsurf names a remote url
+    ``serverUrl``; before, the first of these refused the whole file ("unknown key 'disabled'", with a hint to
+    remove it, which would have enabled a disabled server). Now each rewritten entry keeps those settings (a
+    disabled one stays disabled, and starts under warden once enabled), and --undo restores the bytes."""
+    path = home / where
+    path.parent.mkdir(parents=True)
+    path.write_bytes(raw)
+    r = warden(home, "import", str(path))
+    assert r.returncode == 0, r.stderr
+    entries = json.loads(path.read_bytes())["mcpServers"]
+    assert list(entries) == list(kept)
+    config = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())
+    for name, settings in kept.items():
+        entry = entries[name]
+        assert {k: v for k, v in entry.items() if k not in ("type", "command", "args", "env")} == settings
+        assert entry["args"][-2:] == ["--name", name] or entry["args"][-4:] == [
+            "--name", name, "--header", "Authorization=HEADER_AUTHORIZATION"]
+    if "docs" in kept:
+        assert config["servers"]["docs"]["command"] == "https://docs.example.com/mcp"
+        assert TOKEN not in path.read_text()
+    assert warden(home, "import", "--undo").returncode == 0
+    assert path.read_bytes() == raw
+
+
 @pytest.mark.parametrize(("content", "message"), [
     (b"{not json", "not valid JSON"),
     (b'{"mcpServers": {"a": {"command": "x", "autoStart": true}}}', "unknown key 'autoStart'"),
@@ -462,6 +534,21 @@ def test_import_serve_refuses_what_one_serve_entry_cannot_carry(home: Path, isol
     assert any(line.startswith("warden:   ") and "mcpServers.warden exists" in line for line in lines)
     assert "\\n" not in r.stderr
     assert TOKEN not in r.stdout + r.stderr
+    assert snapshot(home) == before
+
+
+def test_import_serve_refuses_an_entry_with_the_host_s_own_settings(home: Path, isolated_env: Path) -> None:
+    """One ``warden serve`` entry cannot keep a setting per server: a Windsurf entry that is ``"disabled": true``
+    would otherwise be served (enabled) behind it."""
+    path = home / ".codeium" / "windsurf" / "mcp_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_WINDSURF)
+    before = snapshot(home)
+    r = warden(home, "import", "--serve", "--only", "fetch", str(path))
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[1] == (
+        f"warden:   {path}: mcpServers.fetch: has the host's own settings for it (disabled), which one `warden serve` "
+        "entry cannot keep per server: import it without --serve (or leave it out with --only)")
     assert snapshot(home) == before
 
 

@@ -13,7 +13,9 @@ an error naming the key, never silently dropped):
   refused with what to do instead).
 
 Any other path is read by its content: a ``servers`` object makes it VS Code's format, ``mcpServers`` the common
-one (the union of Claude Code's and Cursor's keys). Everything outside the server entries (Claude Code's history,
+one (the union of Claude Code's and Cursor's keys, and what Windsurf's ``mcp_config.json`` and Cline's
+``cline_mcp_settings.json`` add: ``serverUrl`` for a remote entry's url, and the host's own settings about an entry,
+:data:`_HOST_SETTINGS`, which the rewritten entry keeps). Everything outside the server entries (Claude Code's history,
 Claude Desktop's preferences, VS Code's ``inputs``) is kept as it is: a rewrite changes only the entries.
 
 Strings in entries may hold the host's own references (Claude Code ``${VAR}`` / ``${VAR:-default}``, Cursor and VS
@@ -26,7 +28,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Literal, final
 
@@ -41,12 +43,17 @@ MAX_HOST_FILE: Final = 64 << 20
 """``~/.claude.json`` keeps Claude Code's project history and grows to megabytes; far below this."""
 
 _STDIO_KEYS: Final = frozenset({"command", "args", "env"})
+_HOST_SETTINGS: Final = frozenset({"disabled", "disabledTools", "alwaysAllow", "autoApprove", "timeout",
+                                   "networkTimeout"})
+"""Windsurf's and Cline's keys for what the host itself does with a server (whether to start it, which tools to
+offer or run unasked, how long to wait), not how to start it: carried over unchanged into the rewritten entry, so
+a ``"disabled": true`` entry stays disabled (and, once enabled, starts under warden)."""
 _ENTRY_KEYS: Final[Mapping[HostKind, frozenset[str]]] = {
     "claude-desktop": _STDIO_KEYS,
     "claude-code": _STDIO_KEYS | {"type", "url", "headers"},
     "cursor": _STDIO_KEYS | {"type", "url", "headers"},
     "vscode": _STDIO_KEYS | {"type", "url", "headers"},
-    "mcp-json": _STDIO_KEYS | {"type", "url", "headers"},
+    "mcp-json": _STDIO_KEYS | {"type", "url", "headers", "serverUrl"} | _HOST_SETTINGS,
 }
 _TYPES: Final = ("stdio", "http", "sse")
 # Keys the host defines that warden does not carry over, and what to do instead.
@@ -114,6 +121,8 @@ class HostEntry:
     env: Mapping[str, str]
     url: str | None
     headers: Mapping[str, str]
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """The entry's :data:`_HOST_SETTINGS`, as the file has them."""
 
     @property
     def remote(self) -> bool:
@@ -259,11 +268,16 @@ def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home:
     if kind is not None and kind not in _TYPES:
         raise ConfigError(f"{path}: {label}.type is {kind!r}; {_HOST_NAMES[host]} knows {', '.join(_TYPES)}",
                           hint=f"fix {label}.type in {path}")
-    command, url = value.get("command"), value.get("url")
+    if "url" in value and "serverUrl" in value:
+        raise ConfigError(f"{path}: {label} has both url and serverUrl", hint=f"keep one of them in {label} in {path}")
+    if not isinstance(value.get("disabled", False), bool):
+        raise ConfigError(f"{path}: {label}.disabled must be true or false", hint=f"fix {label}.disabled in {path}")
+    command, url = value.get("command"), value.get("url", value.get("serverUrl"))
     if command is not None and (not isinstance(command, str) or not command):
         raise ConfigError(f"{path}: {label}.command must be a non-empty string", hint=f"fix {label} in {path}")
     if url is not None and (not isinstance(url, str) or not url):
-        raise ConfigError(f"{path}: {label}.url must be a non-empty string", hint=f"fix {label} in {path}")
+        raise ConfigError(f"{path}: {label}.{'url' if 'url' in value else 'serverUrl'} must be a non-empty string",
+                          hint=f"fix {label} in {path}")
     if (command is None) == (url is None):
         raise ConfigError(f"{path}: {label} needs exactly one of command (a local server) and url (a remote one)",
                           hint=f"fix {label} in {path}")
@@ -282,7 +296,8 @@ def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home:
         command=None if command is None else _expand(host, command, path, home),
         args=tuple(_expand(host, a, path, home) for a in _strings(value.get("args", []), "args", label, path)),
         env={k: _expand(host, v, path, home) for k, v in _table(value.get("env", {}), "env", label, path).items()},
-        url=url, headers=_table(value.get("headers", {}), "headers", label, path))
+        url=url, headers=_table(value.get("headers", {}), "headers", label, path),
+        settings={k: v for k, v in value.items() if k in _HOST_SETTINGS})
 
 
 def _servers(host: HostKind, doc: Mapping[str, Any], prefix: tuple[str, ...], key: str, path: Path,

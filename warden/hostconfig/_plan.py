@@ -406,10 +406,10 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
         return _Wrapped(None, name, tuple(dirs), tuple(dropped), config)
     real = args[i + 1:]
     inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=real[0],
-                      args=tuple(real[1:]), env=entry.env, url=None, headers={})
+                      args=tuple(real[1:]), env=entry.env, url=None, headers={}, settings=entry.settings)
     if len(real) == 1 and real[0].startswith(("http://", "https://")):
         inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=None, args=(),
-                          env={}, url=real[0], headers={})
+                          env={}, url=real[0], headers={}, settings=entry.settings)
     return _Wrapped(inner, name, tuple(dirs), tuple(dropped), config)
 
 
@@ -479,6 +479,7 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
     rewritten["args"] = run_args
     if host_env:
         rewritten["env"] = host_env
+    rewritten.update(entry.settings)
     return ServerImport(entry=entry, source=f.path, name=name, argv=argv, env=env, secrets=secrets,
                         host_env=host_env, headers=tuple(headers), dirs=tuple(dirs), rewritten=rewritten)
 
@@ -517,6 +518,10 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
                             "or import without --serve")
         env: dict[str, str] = {}
         for s in group:
+            if s.entry.settings:
+                problems.append(f"{f.path}: {s.entry.label}: has the host's own settings for it "
+                                f"({', '.join(sorted(s.entry.settings))}), which one `warden serve` entry cannot keep "
+                                "per server: import it without --serve (or leave it out with --only)")
             if s.headers:
                 problems.append(f"{f.path}: {s.entry.label}: sends HTTP headers, which `warden serve` does not carry "
                                 "yet: import it without --serve (or leave it out with --only)")
