@@ -169,6 +169,10 @@ def test_host_keys_not_carried_over_say_what_to_do(path: str, key: str, message:
     assert f".s.{key}:" in refused.value.message
 
 
+# Arguments that make an entry something else: refused (`npx su`, `rm -r`) or already warden (`python3 -m warden`).
+_NOT_PLAIN_ARGS = frozenset({"su", "sudo", "doas", "pkexec", "runas", "rm", "-m"})
+
+
 def _safe_commands() -> st.SearchStrategy[str]:
     return st.sampled_from(["npx", "uvx", "node", "python3", "/usr/bin/env"])
 
@@ -176,7 +180,8 @@ def _safe_commands() -> st.SearchStrategy[str]:
 @given(st.dictionaries(st.from_regex(r"[A-Za-z][A-Za-z0-9 _.@-]{0,15}", fullmatch=True),
                        st.fixed_dictionaries({"command": _safe_commands(),
                                               "args": st.lists(st.from_regex(r"[a-z@/-]{1,12}", fullmatch=True)
-                                                               .filter(lambda a: not a.startswith("/")),
+                                                               .filter(lambda a: not a.startswith("/") and a not in
+                                                                       _NOT_PLAIN_ARGS),
                                                                max_size=3)}),
                        min_size=1, max_size=5), st.sampled_from(["claude_desktop_config.json", ".claude.json",
                                                                  ".cursor/mcp.json", ".vscode/mcp.json"]))

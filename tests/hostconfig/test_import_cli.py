@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import WARDEN, sandbox_writable
+from tests.support import PYTHON, WARDEN, sandbox_writable
 from warden.cli import build_parser
 from warden.cli.run import run_command
 from warden.escape import char_class
@@ -178,9 +178,9 @@ def test_an_existing_config_is_appended_to_and_restored(home: Path, isolated_env
     servers = host_reads("claude-desktop", path.read_bytes())
     assert servers["filesystem"]["command"] == "npx", "--only leaves the other entries as they are"
     assert servers["time"]["args"][-1] == "time"
-    dup = warden(home, "import", "--only", "time")
-    assert dup.returncode == 2
-    assert "already has [servers.time]" in dup.stderr
+    again = warden(home, "import", "--only", "time")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == "nothing to import: every entry already starts warden; nothing was written"
     assert warden(home, "import", "--undo").returncode == 0
     assert config.read_bytes() == mine
 
@@ -334,6 +334,64 @@ _CLINE = b"""{
   }
 }
 """
+
+
+_CURSOR = b"""{
+  "mcpServers": {
+    "time": {
+      "command": "uvx",
+      "args": ["mcp-server-time"]
+    }
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("invoked", ["console script", "python -m warden, off PATH"])
+@pytest.mark.parametrize("serve", [False, True])
+def test_importing_again_leaves_imported_entries_and_takes_new_ones(home: Path, isolated_env: Path, invoked: str,
+                                                                    serve: bool) -> None:
+    """Running `warden import` again (say, after adding a server in the host) took nothing: every entry it had
+    rewritten was refused as "warden's config already has [servers.NAME]" (and one written as `python -m warden`,
+    or the `warden serve` entry of --serve, was not even seen as warden's). Now those entries are left as they
+    are, the new one is imported, and an import with nothing new exits 0 and writes nothing. An entry of another
+    file under a name warden's config has is still refused."""
+    argv, env = [WARDEN], {**os.environ, "HOME": str(home)}
+    if invoked != "console script":
+        argv, env["PATH"] = [PYTHON, "-m", "warden"], "/usr/bin:/bin"
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*argv, "import", *(["--serve"] if serve else []), *args], capture_output=True,
+                              text=True, env=env, cwd=home, timeout=60, check=False)
+
+    path = home / ".cursor" / "mcp.json"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(_CURSOR)
+    config = Path(os.environ["WARDEN_CONFIG"])
+    assert run(str(path)).returncode == 0
+    imported, config_before = path.read_bytes(), config.read_bytes()
+    again = run(str(path))
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.splitlines()[-1] == "nothing to import: every entry already starts warden; nothing was written"
+    assert (path.read_bytes(), config.read_bytes()) == (imported, config_before)
+    doc = json.loads(imported)
+    doc["mcpServers"]["fetch"] = {"command": "uvx", "args": ["mcp-server-fetch"]}
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+    added = run(str(path))
+    assert added.returncode == 0, added.stderr
+    assert sorted(tomllib.loads(config.read_text())["servers"]) == ["fetch", "time"]
+    entries = json.loads(path.read_bytes())["mcpServers"]
+    if serve:  # the one `warden serve` entry now serves the new server too
+        first = doc["mcpServers"]["warden"]
+        assert entries == {"warden": {**first, "args": [*first["args"], "--server", "fetch"]}}
+    else:
+        assert entries["time"] == doc["mcpServers"]["time"], "left as it was"
+        assert entries["fetch"]["args"][-2:] == ["--name", "fetch"]
+    other = home / ".mcp.json"
+    other.write_text(json.dumps({"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time@1.0"]}}}))
+    clash = run(str(other))
+    assert clash.returncode == 2
+    assert "warden's config already has [servers.time]" in clash.stderr
 
 
 @pytest.mark.parametrize(("where", "raw", "kept"), [

@@ -146,6 +146,10 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
                       existing_servers=existing, warden_argv=_warden_argv(ctx),
                       home=str(Path(ctx.env.get("HOME") or Path.home())), existing_secret=existing_secret,
                       only=args.only, serve=args.serve)
+    if not plan.servers:
+        _print([f"note: {note}" for note in plan.notes], Redactor(tuple(store.values())))
+        print("nothing to import: every entry already starts warden; nothing was written")
+        return 0
     _check_like_run(ctx, plan, store, serve=args.serve)
     redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
     _print(plan.describe(), redactor)

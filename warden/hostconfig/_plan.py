@@ -353,6 +353,8 @@ class _Wrapped:
     dropped: tuple[str, ...]
     config: str | None = None
     """The ``--config`` it gave warden (before ``run``), if any: that file's policy for the server."""
+    subcommand: str = "run"
+    """``run``, or ``serve`` (the one entry ``--serve`` writes, always without a command of its own)."""
 
 
 _RUN_VALUE_OPTIONS: Final = frozenset({"--name", "--read", "--write", "--header", "--request-timeout",
@@ -362,14 +364,28 @@ _RUN_VALUE_OPTIONS: Final = frozenset({"--name", "--read", "--write", "--header"
                                        "--allow-host"})
 
 
+def _warden_args(entry: HostEntry) -> tuple[str, ...] | None:
+    """The arguments ``entry`` gives warden: after ``warden``, or after ``PYTHON -m warden`` (how an import made
+    without the console script on PATH starts it); None when it does not start warden."""
+    if entry.command is not None and PurePath(entry.command).name == "warden":
+        return entry.args
+    if entry.command is not None and PurePath(entry.command).name.startswith("python") and \
+            entry.args[:2] == ("-m", "warden"):
+        return entry.args[2:]
+    return None
+
+
 def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
     """``warden [--config C] run [--name N] [--read D] [--write D] ... -- CMD ARGS`` seen through (None: the entry
-    does not start warden). Options other than the name and the directories are listed as not carried over."""
-    if entry.command is None or PurePath(entry.command).name != "warden" or "run" not in entry.args:
+    does not start warden), and ``warden [--config C] serve ...``, which has no command of its own. Options other
+    than the name and the directories are listed as not carried over."""
+    given = _warden_args(entry)
+    sub = next((a for a in given or () if a in ("run", "serve")), None)
+    if given is None or sub is None:
         return None
     config: str | None = None
     dropped: list[str] = []
-    before = list(entry.args[:entry.args.index("run")])
+    before = list(given[:given.index(sub)])
     j = 0
     while j < len(before):  # warden's own options: --config and --state-dir take a value
         option, equals, inline = before[j].partition("=")
@@ -383,7 +399,9 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
         else:
             dropped.append(before[j])
             j += 1
-    args = list(entry.args[entry.args.index("run") + 1:])
+    if sub == "serve":
+        return _Wrapped(None, None, (), (), config, sub)
+    args = list(given[given.index(sub) + 1:])
     name: str | None = None
     dirs: list[ProposedDir] = []
     i = 0
@@ -502,10 +520,11 @@ SERVE_ENTRY: Final = "warden"
 """The key of the one entry ``warden import --serve`` writes in place of a host file's imported entries."""
 
 
-def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_argv: Sequence[str],
+def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_argv: Sequence[str], home: str,
                         problems: list[str]) -> dict[tuple[str, ...], Any]:
     """``--serve``: the imported entries of each server map of ``f`` become one ``warden serve --server NAME ...``
-    entry, named :data:`SERVE_ENTRY`, where the first of them was; the others are removed."""
+    entry, named :data:`SERVE_ENTRY`, where the first of them was; the others are removed. When the map already
+    has that entry (an earlier ``import --serve``), the new servers are added to it instead."""
     groups: dict[tuple[str, ...], list[ServerImport]] = {}
     for s in servers:
         groups.setdefault(s.entry.where[:-1], []).append(s)
@@ -513,7 +532,10 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
     for container, group in groups.items():
         taken = {s.entry.where[-1] for s in group}
         others = {e.where[-1] for e in f.entries if e.where[:-1] == container} - taken
-        if SERVE_ENTRY in others:
+        serving = next((e for e in f.entries if e.where == (*container, SERVE_ENTRY)), None) \
+            if SERVE_ENTRY in others else None
+        wrapped = None if serving is None else _unwrap(serving, home)
+        if serving is not None and (wrapped is None or wrapped.subcommand != "serve"):
             problems.append(f"{f.path}: {'.'.join((*container, SERVE_ENTRY))} exists and is not imported: rename it, "
                             "or import without --serve")
         env: dict[str, str] = {}
@@ -537,8 +559,20 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
         entry["args"] = [*warden_argv[1:], "serve", *(a for name in names for a in ("--server", name))]
         if env:
             entry["env"] = env
-        replacements[group[0].entry.where] = Renamed(SERVE_ENTRY, entry)
-        replacements.update(dict.fromkeys((s.entry.where for s in group[1:]), REMOVED))
+        if serving is None:
+            replacements[group[0].entry.where] = Renamed(SERVE_ENTRY, entry)
+            replacements.update(dict.fromkeys((s.entry.where for s in group[1:]), REMOVED))
+            continue
+        if any(serving.env.get(var, value) != value for var, value in env.items()):
+            problems.append(f"{f.path}: {serving.label}: its env differs from what the new entries need; one "
+                            "`warden serve` entry cannot give both: import without --serve")
+        kept = f.doc
+        for key in serving.where:
+            kept = kept[key]
+        added = [a for name in names for a in ("--server", name)] if "--server" in serving.args else []
+        replacements[serving.where] = {**kept, "args": [*serving.args, *added],
+                                       **({"env": {**serving.env, **env}} if env else {})}
+        replacements.update(dict.fromkeys((s.entry.where for s in group), REMOVED))
     return replacements
 
 
@@ -546,7 +580,8 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
                existing_servers: Mapping[str, str], warden_argv: Sequence[str], home: str,
                existing_secret: Callable[[str], str | None], only: Sequence[str] = (),
                serve: bool = False) -> ImportPlan:
-    """Decide the whole import (see the module docstring); ``existing_servers`` maps the names already in warden's
+    """Decide the whole import (see the module docstring): a plan without servers when every entry already starts
+    warden (importing again changes nothing); ``existing_servers`` maps the names already in warden's
     config to where they are, ``existing_secret`` returns a secret's current value or None. What ``warden run``
     would refuse about the resulting config is checked by the caller on the config text (``config_after``).
     ``serve`` rewrites each file's imported entries into one ``warden serve`` entry instead of one ``warden run``
@@ -565,8 +600,13 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
         for entry in f.entries:
             if wanted and entry.name not in wanted:
                 continue
-            name = server_name_for(entry.name)
             where = f"{f.path}: {entry.label}"
+            wrapped = _unwrap(entry, home)
+            if wrapped is not None and wrapped.entry is None:  # first: importing again leaves these as they are
+                skipped.append(f"{where}: already starts `warden {wrapped.subcommand}` with no command of its own "
+                               "(warden's config has it); left as it is")
+                continue
+            name = server_name_for(entry.name)
             if name in seen:
                 first_where, first = seen[name]
                 again = _same_server(f, entry, first, warden_argv, home, existing_secret)
@@ -579,11 +619,6 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
             if name in existing_servers:
                 problems.append(f"{where}: warden's config already has [servers.{name}] ({existing_servers[name]}):"
                                 f" remove that table, or rename the entry")
-                continue
-            wrapped = _unwrap(entry, home)
-            if wrapped is not None and wrapped.entry is None:
-                skipped.append(f"{where}: already starts `warden run` with no command of its own (warden's config "
-                               "has it); left as it is")
                 continue
             granted: tuple[ProposedDir, ...] = ()
             if wrapped is not None and wrapped.config is not None and \
@@ -603,7 +638,7 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
             imported = _import_entry(f, entry, name, warden_argv, home, existing_secret, problems, granted)
             seen[name] = (where, imported)
             servers.append(imported)
-    replacements = {f.path: _serve_replacements(f, [s for s in servers if s.source == f.path], warden_argv,
+    replacements = {f.path: _serve_replacements(f, [s for s in servers if s.source == f.path], warden_argv, home,
                                                 problems) if serve else
                     {s.entry.where: dict(s.rewritten) for s in servers if s.source == f.path} for f in files}
     missing = wanted - {s.entry.name for s in servers} - {e.name for f in files for e in f.entries}
@@ -614,12 +649,12 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
         raise ConfigError(f"{len(problems)} problem(s); nothing was imported or written:", details=problems,
                           hint="fix the entries named above, then run the same `warden import` with --dry-run "
                                "again")
-    if not servers:
-        raise ConfigError(f"no server entries to import in {', '.join(str(f.path) for f in files)}"
-                          + "".join("\n  " + note for note in skipped), hint="nothing to import; check the path")
+    if not servers and not skipped:
+        raise ConfigError(f"no server entries to import in {', '.join(str(f.path) for f in files)}",
+                          hint="nothing to import; check the path")
     before = config_before or b""
     tables = "\n".join(_toml_table(s) for s in servers if s.same_as is None)
-    separator = b"" if not before else (b"\n" if before.endswith(b"\n") else b"\n\n")
+    separator = b"" if not before or not tables else (b"\n" if before.endswith(b"\n") else b"\n\n")
     after = before + separator + tables.encode("utf-8")
     host_after = {}
     for f in files:
