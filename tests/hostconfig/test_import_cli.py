@@ -453,6 +453,55 @@ def test_bad_input_is_one_clear_error_and_nothing_is_written(home: Path, isolate
     assert not (isolated_env / "imports").exists()
 
 
+_CONTINUE = b"""name: My Config
+version: 0.0.1
+schema: v1
+mcpServers:
+  - name: time
+    command: uvx
+    args:
+      - mcp-server-time
+"""
+_ZED = b"""// Zed settings
+{
+  "theme": "One Dark",
+  "context_servers": {
+    "time": {
+      "source": "custom",
+      "command": "uvx",
+      "args": ["mcp-server-time"],
+      "env": {}
+    },
+  },
+}
+"""
+
+
+@pytest.mark.parametrize(("where", "raw", "what"), [
+    (".continue/config.yaml", _CONTINUE, "a YAML file (Continue's format)"),
+    (".continue/mcpServers/time.yml", _CONTINUE, "a YAML file (Continue's format)"),
+    (".config/zed/settings.json", _ZED, "Zed's settings (its context_servers)"),
+    ("project/.zed/settings.json", _ZED, "Zed's settings (its context_servers)"),
+])
+def test_a_host_file_import_does_not_read_is_named_with_what_to_do(home: Path, isolated_env: Path, where: str,
+                                                                   raw: bytes, what: str) -> None:
+    """Continue's YAML and Zed's settings.json (JSON with comments) were refused as "not valid JSON ... fix the
+    syntax (the host cannot read it either)": wrong, the host reads them, and the user was sent to break a good
+    file. Now the refusal names the format and says how to put its servers under warden."""
+    path = home / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(raw)
+    before = snapshot(home)
+    r = warden(home, "import", str(path))
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [
+        f"warden: error: {path}: {what}, which warden import does not read (it reads the JSON files of Claude "
+        "Desktop, Claude Code, Cursor, VS Code, Windsurf and Cline)",
+        "warden: hint: add each of its servers to warden's config by hand, as a [servers.NAME] table with its "
+        "command, args and env, and change the host's entry to start `warden run --name NAME`; nothing was written"]
+    assert snapshot(home) == before
+
+
 def test_a_failed_write_puts_everything_back(home: Path, isolated_env: Path, tmp_path: Path) -> None:
     path = desktop_file(home)
     original = path.read_bytes()

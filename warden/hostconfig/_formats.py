@@ -311,6 +311,16 @@ def _servers(host: HostKind, doc: Mapping[str, Any], prefix: tuple[str, ...], ke
     return [_entry(host, (*prefix, key, name), value, path, home) for name, value in table.items()]
 
 
+def _not_importable(path: Path) -> str | None:
+    """What a host file warden cannot import is, by its name and place (None: one it may read). Said before
+    parsing: "not valid JSON, the host cannot read it either" would send the user to fix a file that is fine."""
+    if path.suffix in (".yaml", ".yml"):
+        return "a YAML file (Continue's format)"
+    if path.name == "settings.json" and path.parent.name in ("zed", ".zed"):
+        return "Zed's settings (its context_servers)"
+    return None
+
+
 def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, home: Path | None = None) -> HostFile:
     """Parse the bytes of a host file as that host does and list its server entries.
 
@@ -327,6 +337,13 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})",
                           hint="save it as UTF-8; nothing was written") from exc
+    foreign = _not_importable(path)
+    if foreign is not None and host is None:
+        raise ConfigError(f"{path}: {foreign}, which warden import does not read (it reads the JSON files of Claude "
+                          "Desktop, Claude Code, Cursor, VS Code, Windsurf and Cline)",
+                          hint="add each of its servers to warden's config by hand, as a [servers.NAME] table with "
+                               "its command, args and env, and change the host's entry to start `warden run --name "
+                               "NAME`; nothing was written")
     guess = host or detect_host(path)
     try:
         body = strip_jsonc(text) if guess == "vscode" else text
