@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.security.harness import SYSTEM_PYTHON, UNPRIV_UID, user_command
 from tests.support import PYTHON, WARDEN, sandbox_writable
 from warden.cli import build_parser
 from warden.cli.run import run_command
@@ -500,6 +502,40 @@ def test_a_host_file_import_does_not_read_is_named_with_what_to_do(home: Path, i
         "warden: hint: add each of its servers to warden's config by hand, as a [servers.NAME] table with its "
         "command, args and env, and change the host's entry to start `warden run --name NAME`; nothing was written"]
     assert snapshot(home) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="runs warden as an unprivileged user with setpriv")
+@pytest.mark.parametrize("locked", ["file", "directory"])
+def test_a_host_file_the_user_cannot_write_is_refused_before_anything(locked: str) -> None:
+    """As a user: a read-only host file (0444, say to keep a host from editing it) was replaced through its
+    writable directory, read-only protection gone; one in a directory the user cannot write failed only after the
+    plan was shown, naming a temporary file. Both are now refused first, naming the file and the fix."""
+    base = Path(tempfile.mkdtemp(prefix="warden-import-", dir="/var/tmp"))
+    try:
+        base.chmod(0o755)
+        path = base / ".cursor" / "mcp.json"
+        path.parent.mkdir()
+        path.write_bytes(_CURSOR)
+        for p in (base, path.parent, path):
+            os.chown(p, UNPRIV_UID, UNPRIV_UID)
+        (path if locked == "file" else path.parent).chmod(0o444 if locked == "file" else 0o555)
+        r = subprocess.run(user_command(SYSTEM_PYTHON, "-m", "warden", "--config", str(base / "warden.toml"),
+                                        "--state-dir", str(base / "state"), "import", str(path)),
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 2, r.stderr
+        assert r.stdout == ""
+        assert r.stderr.splitlines() == ([
+            f"warden: error: {path} is read-only for you, so warden cannot rewrite its entries",
+            f"warden: hint: make it writable for you (chmod u+w {path}; chown it if another user owns it) if warden "
+            "may change it; nothing was written"] if locked == "file" else [
+            f"warden: error: {path}: its directory {path.parent} is not writable for you, and warden replaces the "
+            "file atomically there (a new file, then a rename)",
+            f"warden: hint: make {path.parent} writable for you; nothing was written"])
+        assert path.read_bytes() == _CURSOR
+        assert not (base / "warden.toml").exists()
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(base)], check=True)
+        subprocess.run(["rm", "-rf", str(base)], check=True)
 
 
 def test_a_failed_write_puts_everything_back(home: Path, isolated_env: Path, tmp_path: Path) -> None:

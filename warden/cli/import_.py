@@ -101,6 +101,21 @@ def _host_files(ctx: CommandContext, args: argparse.Namespace) -> list[HostFile]
     return files
 
 
+def _check_writable(path: Path, real: Path) -> None:
+    """Refuse, before anything is shown or written, a host file the import would change that the user could not
+    write: a read-only file (one a user protected on purpose was replaced through its writable directory) or one
+    in a directory warden cannot put its atomic replacement in (found only after the plan was shown, as a
+    temporary file's name)."""
+    if not os.access(real, os.W_OK):
+        raise ConfigError(f"{path} is read-only for you, so warden cannot rewrite its entries",
+                          hint=f"make it writable for you (chmod u+w {real}; chown it if another user owns it) if "
+                               "warden may change it; nothing was written")
+    if not os.access(real.parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{path}: its directory {real.parent} is not writable for you, and warden replaces the "
+                          "file atomically there (a new file, then a rename)",
+                          hint=f"make {real.parent} writable for you; nothing was written")
+
+
 def _existing_config(ctx: CommandContext) -> tuple[bytes | None, dict[str, str]]:
     path = ctx.config_path
     if not path.exists():
@@ -150,6 +165,9 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         _print([f"note: {note}" for note in plan.notes], Redactor(tuple(store.values())))
         print("nothing to import: every entry already starts warden; nothing was written")
         return 0
+    for f in plan.files:
+        if plan.host_after[f.path] != f.raw:
+            _check_writable(f.path, Path(os.path.realpath(f.path)))
     _check_like_run(ctx, plan, store, serve=args.serve)
     redactor = Redactor(tuple(_plan_values(plan)) + tuple(store.values()))
     _print(plan.describe(), redactor)
