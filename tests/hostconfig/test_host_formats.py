@@ -159,7 +159,12 @@ def test_every_problem_is_listed_at_once(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("path", "key", "message"), [
     ("/p/.cursor/mcp.json", "envFile", "would not be kept in warden's secrets store"),
     ("/p/.vscode/mcp.json", "envFile", "would not be kept in warden's secrets store"),
-    ("/p/.vscode/mcp.json", "cwd", "pass the directory as an argument instead"),
+    # before: only "pass the directory as an argument", which does not help `node dist/server.js` find its script
+    ("/p/.vscode/mcp.json", "cwd", "^/p/.vscode/mcp.json: servers.s.cwd: warden starts the server in its sandbox's "
+                                   "own directory, not in cwd: write every path in command and args in full \\(a "
+                                   "script as /full/path/server.js, not dist/server.js; a directory the server works "
+                                   "in as an argument, which is then proposed as a directory it may use\\) and "
+                                   "remove cwd$"),
 ])
 def test_host_keys_not_carried_over_say_what_to_do(path: str, key: str, message: str) -> None:
     raw = json.dumps({"servers" if "vscode" in path else "mcpServers": {

@@ -62,8 +62,10 @@ _ENV_FILE: Final = ("the variables of an env file would not be kept in warden's 
 _NOT_IMPORTED: Final[Mapping[HostKind, Mapping[str, str]]] = {
     "cursor": {"envFile": _ENV_FILE},
     "vscode": {"envFile": _ENV_FILE,
-               "cwd": "warden starts the server in its sandbox's own directory; pass the directory as an argument "
-                      "instead (it is then proposed as a directory the server may use) and remove cwd",
+               "cwd": "warden starts the server in its sandbox's own directory, not in cwd: write every path in "
+                      "command and args in full (a script as /full/path/server.js, not dist/server.js; a directory "
+                      "the server works in as an argument, which is then proposed as a directory it may use) and "
+                      "remove cwd",
                "dev": "development mode (watch and restart) is not carried over; remove dev"},
 }
 _HOST_NAMES: Final[Mapping[HostKind, str]] = {
