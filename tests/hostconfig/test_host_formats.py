@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -174,7 +174,8 @@ def test_host_keys_not_carried_over_say_what_to_do(path: str, key: str, message:
     assert f".s.{key}:" in refused.value.message
 
 
-# Arguments that make an entry something else: refused (`npx su`, `rm -r`) or already warden (`python3 -m warden`).
+# Arguments that make an entry something else: refused (`npx su`, `npx @/su`, `rm -r`) or already warden
+# (`python3 -m warden`).
 _NOT_PLAIN_ARGS = frozenset({"su", "sudo", "doas", "pkexec", "runas", "rm", "-m"})
 
 
@@ -185,8 +186,8 @@ def _safe_commands() -> st.SearchStrategy[str]:
 @given(st.dictionaries(st.from_regex(r"[A-Za-z][A-Za-z0-9 _.@-]{0,15}", fullmatch=True),
                        st.fixed_dictionaries({"command": _safe_commands(),
                                               "args": st.lists(st.from_regex(r"[a-z@/-]{1,12}", fullmatch=True)
-                                                               .filter(lambda a: not a.startswith("/") and a not in
-                                                                       _NOT_PLAIN_ARGS),
+                                                               .filter(lambda a: not a.startswith("/") and
+                                                                       PurePath(a).name not in _NOT_PLAIN_ARGS),
                                                                max_size=3)}),
                        min_size=1, max_size=5), st.sampled_from(["claude_desktop_config.json", ".claude.json",
                                                                  ".cursor/mcp.json", ".vscode/mcp.json"]))
