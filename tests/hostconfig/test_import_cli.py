@@ -594,7 +594,25 @@ _NPM_EXEC = b"""{
 """
 
 
+_DOCKER = b"""{
+  "mcpServers": {
+    "x": {
+      "command": "docker",
+      "args": ["run", "-i", "--rm", "mcp/time"]
+    }
+  }
+}
+"""
+
+
 @pytest.mark.parametrize(("content", "problem"), [
+    # before: imported, and then every start failed (the docker CLI in the sandbox reaches no engine) and was
+    # restarted until marked failed, while the host waited for an answer to initialize
+    (_DOCKER, "starts a container with `docker run`, which cannot work inside warden's sandbox (no container engine "
+              "there): let warden run the image in its own container sandbox instead; in warden's config, give the "
+              "server command = the program the image runs, and under its sandbox table kind = \"container\", "
+              "engine = \"docker\", image = \"IMAGE@sha256:DIGEST\" (pinned by digest; warden never pulls it: "
+              "`docker pull IMAGE` first), then leave this entry out with --only"),
     (_GIT_SOURCE, "'git+https://github.com/example/mcp-x' is a git repository, URL or path, not a package on the "
                   "Python package index: warden takes packages only from the index, where it checks every file "
                   "against the index's hash (fix: name the package as the Python package index has it: NAME or "
@@ -606,8 +624,8 @@ _NPM_EXEC = b"""{
 ])
 def test_import_refuses_a_package_command_that_every_start_would_refuse(home: Path, isolated_env: Path,
                                                                          content: bytes, problem: str) -> None:
-    """A ``uvx --from git+https://...`` or ``npm exec PKG`` entry was imported (exit 0), and then every start of it
-    failed; now the import refuses it, saying why and what to write instead, and writes nothing."""
+    """A ``uvx --from git+https://...``, ``npm exec PKG`` or ``docker run`` entry was imported (exit 0), and then
+    every start of it failed; now the import refuses it, saying why and what to write instead, and writes nothing."""
     path = home / ".claude.json"
     home.mkdir(exist_ok=True)
     path.write_bytes(content)

@@ -241,6 +241,12 @@ def _dangers(entry: HostEntry, home: str) -> list[str]:
         out.append("contains `rm -r`: a server command must not delete files; remove it")
     if "--privileged" in entry.args or any(a.startswith("--privileged=") for a in entry.args):
         out.append("passes --privileged to a container: remove it")
+    if base in _ENGINES and entry.args[:1] == ("run",):
+        out.append(f"starts a container with `{base} run`, which cannot work inside warden's sandbox (no container "
+                   f"engine there): let warden run the image in its own container sandbox instead; in warden's "
+                   f"config, give the server command = the program the image runs, and under its sandbox table "
+                   f"kind = \"container\", engine = \"{base}\", image = \"IMAGE@sha256:DIGEST\" (pinned by digest; "
+                   f"warden never pulls it: `{base} pull IMAGE` first), then leave this entry out with --only")
     if base in _ENGINES:
         for index, arg in enumerate(entry.args):
             mount = None
