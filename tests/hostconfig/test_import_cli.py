@@ -396,6 +396,24 @@ def test_importing_again_leaves_imported_entries_and_takes_new_ones(home: Path, 
     assert "warden's config already has [servers.time]" in clash.stderr
 
 
+@pytest.mark.parametrize(("where", "raw"), [
+    (".codeium/windsurf/mcp_config.json", b'{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], '
+                                          b'"disabled": false}}}'),
+    (".config/Code/User/globalStorage/saoudrizwan.claude-dev/settings/cline_mcp_settings.json",
+     b'{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"], "alwaysAllow": []}}}'),
+])
+def test_windsurf_and_cline_files_are_found_at_their_usual_place(home: Path, isolated_env: Path, where: str,
+                                                                 raw: bytes) -> None:
+    """`warden import` with no path looked only at Claude Desktop's, Claude Code's, Cursor's and VS Code's files:
+    a Windsurf or Cline user was told "no host config file found"."""
+    path = home / where
+    path.parent.mkdir(parents=True)
+    path.write_bytes(raw)
+    r = warden(home, "import", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == f"{path}: mcpServers.time -> [servers.time] (uvx mcp-server-time)"
+
+
 @pytest.mark.parametrize(("where", "raw", "kept"), [
     (".codeium/windsurf/mcp_config.json", _WINDSURF,
      {"time": {"disabled": False, "disabledTools": ["convert_time"]}, "fetch": {"disabled": True}, "docs": {}}),

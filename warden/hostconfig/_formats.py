@@ -11,6 +11,8 @@ an error naming the key, never silently dropped):
 * ``vscode``: ``.vscode/mcp.json`` and ``~/.config/Code/User/mcp.json`` (JSON with comments); ``servers``; type
   (required), command, args, env, url, headers; a top-level ``inputs`` list (``envFile``, ``cwd``, ``dev`` are
   refused with what to do instead).
+* ``mcp-json``, the common format, also at Windsurf's ``~/.codeium/windsurf/mcp_config.json`` and Cline's
+  ``cline_mcp_settings.json`` (under VS Code's ``globalStorage/saoudrizwan.claude-dev/settings``).
 
 Any other path is read by its content: a ``servers`` object makes it VS Code's format, ``mcpServers`` the common
 one (the union of Claude Code's and Cursor's keys, and what Windsurf's ``mcp_config.json`` and Cline's
@@ -85,6 +87,9 @@ def default_paths(home: Path, cwd: Path) -> list[tuple[HostKind, Path]]:
     return [("claude-desktop", home / ".config" / "Claude" / "claude_desktop_config.json"),
             ("claude-code", home / ".claude.json"),
             ("cursor", home / ".cursor" / "mcp.json"),
+            ("mcp-json", home / ".codeium" / "windsurf" / "mcp_config.json"),
+            ("mcp-json", home / ".config" / "Code" / "User" / "globalStorage" / "saoudrizwan.claude-dev" / "settings"
+             / "cline_mcp_settings.json"),
             ("claude-code", cwd / ".mcp.json"),
             ("cursor", cwd / ".cursor" / "mcp.json"),
             ("vscode", home / ".config" / "Code" / "User" / "mcp.json"),
