@@ -239,6 +239,8 @@ def test_an_entry_already_wrapped_by_hand_is_seen_through(tmp_path: Path) -> Non
             str(project), "--request-timeout", "30",
             "--", "npx", "-y", "@modelcontextprotocol/server-filesystem", str(project)]},
         "done": {"command": "warden", "args": ["run", "--name", "done"]},
+        "py": {"command": "/usr/bin/python3", "args": ["-P", "-m", "warden", "--config", "/c", "run", "--name", "py"]},
+        "served": {"command": "warden", "args": ["--config", "/c", "serve", "--server", "a", "--server", "b"]},
         "remote": {"command": "warden", "args": ["run", "--", "https://mcp.example.com/mcp"]},
     }
     plan = _plan(tmp_path, entries)
@@ -249,6 +251,8 @@ def test_an_entry_already_wrapped_by_hand_is_seen_through(tmp_path: Path) -> Non
     assert remote.argv == ("https://mcp.example.com/mcp",)
     notes = "\n".join(plan.notes)  # type: ignore[attr-defined]
     assert "mcpServers.done: already starts `warden run` with no command of its own" in notes
+    assert "mcpServers.py: already starts `warden run` with no command of its own" in notes
+    assert "mcpServers.served: already starts `warden serve` with no command of its own" in notes
     assert "not carried over: --state-dir /s --request-timeout 30" in notes
     assert plan.describe()[0].startswith("note: ")  # type: ignore[attr-defined]
 

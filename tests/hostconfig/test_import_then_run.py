@@ -17,39 +17,51 @@ from mcp import Client, StdioServerParameters
 
 from tests.http_client.httpserver import Exchange, HttpServer
 from tests.http_client.mocks import ModernMock
-from tests.support import FIXTURES, PYTHON, WARDEN
+from tests.security.harness import SITE_PACKAGES, SYSTEM_PYTHON
+from tests.support import FIXTURES, PYTHON, ROOT, WARDEN
 
-# How a user runs the import: the console script, or `python -m warden` of a venv that is not on PATH (the host
-# entry then starts that interpreter with `-m warden`; `-m warden.cli` was written before, which Python refuses:
-# "No module named warden.cli.__main__", so every imported server failed to start).
-_INVOKED = {"console script": ([WARDEN], os.environ["PATH"]), "python -m warden, off PATH": ([PYTHON, "-m", "warden"],
-                                                                                          "/usr/bin:/bin")}
+# How a user runs the import, and the command the host entry then starts: the console script; `python -m warden`
+# of a venv not on PATH (the console script beside it); a Python whose warden has no console script (that Python
+# with -P -m warden). Before, the last two wrote `-m warden.cli`, which Python refuses ("No module named
+# warden.cli.__main__"): every imported server failed to start.
+_INVOKED = {
+    "console script": ([WARDEN], {}, str(Path(WARDEN).resolve())),
+    "venv python -m warden, off PATH": ([PYTHON, "-m", "warden"], {"PATH": "/usr/bin:/bin"}, WARDEN),
+    "python -m warden, no console script": ([SYSTEM_PYTHON, "-m", "warden"], {
+        "PATH": "/usr/bin:/bin", "PYTHONPATH": f"{ROOT}:{SITE_PACKAGES}"}, SYSTEM_PYTHON),
+}
 
 
 @pytest.mark.parametrize("invoked", sorted(_INVOKED))
 async def test_imported_local_entry_gets_its_env_value_from_the_secrets_store(trusting_config: Path,
                                                                              tmp_path: Path, invoked: str) -> None:
+    """Also: the host starts the entry in a project directory holding a warden/ of its own, which never runs
+    (``-m`` without -P would put that directory first on sys.path)."""
     secret = "tok-" + os.urandom(8).hex()
     host_file = tmp_path / "claude_desktop_config.json"
     host_file.write_text(json.dumps({"mcpServers": {"envy": {
         "command": PYTHON, "args": [str(FIXTURES / "env_server.py")], "env": {"CANARY_TOKEN": secret}}}}))
-    argv, path = _INVOKED[invoked]
+    argv, env, command = _INVOKED[invoked]
+    env = {"PATH": os.environ["PATH"], **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}, **env}
     imported = await trio.to_thread.run_sync(lambda: subprocess.run(
         [*argv, "import", str(host_file)], capture_output=True, text=True, timeout=60, check=False,
-        env={**os.environ, "PATH": path}))
+        env={**os.environ, **env}))
     assert imported.returncode == 0, imported.stderr
     entry = json.loads(host_file.read_text())["mcpServers"]["envy"]
     assert secret not in json.dumps(entry)
-    assert entry["command"] == (str(Path(WARDEN).resolve()) if argv == [WARDEN] else PYTHON)
+    assert entry["command"] == command
+    decoy = tmp_path / "project" / "warden"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text(f"open({str(tmp_path / 'decoy-ran')!r}, 'w').close()\n")
     log = tmp_path / "w.log"
-    params = StdioServerParameters(command="sh", args=["-c", " ".join(["exec", entry["command"], *entry["args"],
-                                                                      f"2>>{log}"])],
-                                   env={"PATH": path, **{k: v for k, v in os.environ.items() if k == "PYTHONPATH"}})
+    params = StdioServerParameters(command="sh", args=["-c", " ".join([
+        "cd", str(decoy.parent), "&&", "exec", entry["command"], *entry["args"], f"2>>{log}"])], env=env)
     with trio.fail_after(60):
         async with Client(params, mode="legacy") as client:
             result = await client.call_tool("env_digest", {"name": "CANARY_TOKEN"})
     assert result.content[0].text == hashlib.sha256(secret.encode()).hexdigest()  # type: ignore[union-attr]
     assert secret not in log.read_text()
+    assert not (tmp_path / "decoy-ran").exists()
 
 
 async def test_imported_remote_entry_sends_its_header_from_the_secrets_store(trusting_config: Path,

@@ -60,15 +60,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _warden_argv(ctx: CommandContext) -> list[str]:
-    """How a host starts this warden: its absolute path, with the config and state dir made explicit (a host
-    starts servers with its own environment, where ``WARDEN_CONFIG`` and ``HOME`` may differ)."""
+    """How a host starts this warden: its absolute path (run as ``python -m warden``: the console script beside
+    that interpreter, else on PATH, else the interpreter itself), with the config and state dir made explicit (a
+    host starts servers with its own environment, where ``WARDEN_CONFIG`` and ``HOME`` may differ)."""
     me = Path(sys.argv[0])
+    beside = Path(sys.executable).parent / "warden"
     if me.name == "warden" and me.is_file():
         exe = [str(me.resolve())]
+    elif beside.is_file() and os.access(beside, os.X_OK):
+        exe = [str(beside)]
     elif (found := shutil.which("warden")) is not None:
         exe = [str(Path(found).resolve())]
-    else:
-        exe = [sys.executable, "-m", "warden"]
+    else:  # -P: `-m` would put the host's working directory first on sys.path, so a project's warden/ would run
+        exe = [sys.executable, "-P", "-m", "warden"]
     return [*exe, "--config", str(ctx.config_path), "--state-dir", str(ctx.state_dir)]
 
 

@@ -371,13 +371,13 @@ _RUN_VALUE_OPTIONS: Final = frozenset({"--name", "--read", "--write", "--header"
 
 
 def _warden_args(entry: HostEntry) -> tuple[str, ...] | None:
-    """The arguments ``entry`` gives warden: after ``warden``, or after ``PYTHON -m warden`` (how an import made
-    without the console script on PATH starts it); None when it does not start warden."""
+    """The arguments ``entry`` gives warden: after ``warden``, or after ``PYTHON -P -m warden`` (how an import made
+    where no console script is found starts it); None when it does not start warden."""
     if entry.command is not None and PurePath(entry.command).name == "warden":
         return entry.args
     if entry.command is not None and PurePath(entry.command).name.startswith("python") and \
-            entry.args[:2] == ("-m", "warden"):
-        return entry.args[2:]
+            entry.args[:3] == ("-P", "-m", "warden"):
+        return entry.args[3:]
     return None
 
 
