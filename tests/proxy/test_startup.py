@@ -5,6 +5,7 @@ real run (the host's initialize, a tool call, the end), not by importing modules
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -36,3 +37,22 @@ async def test_a_stdio_run_loads_no_http_oauth_schema_or_keyring_code(tmp_path: 
     loaded = sorted(name for name in imported
                     if any(name == top or name.startswith(top + ".") for top in NOT_FOR_A_STDIO_RUN))
     assert loaded == []
+
+
+async def test_a_server_that_ends_at_every_start_answers_the_host_s_initialize_with_why() -> None:
+    """A server that exits at once is restarted for ever by `warden run` (it has no restart limit), and the
+    host's initialize waited as long, told nothing (the host's own timeout then says only that the server did not
+    answer; seen with a pyenv shim and a `docker run` entry). Now it is answered within --request-timeout, with why
+    the last process ended."""
+    crash = "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"
+    host = await RawHost.start([sys.executable, "-m", "warden", "run", "--request-timeout", "3", "--name", "crash",
+                                "--", sys.executable, "-c", crash], stderr=subprocess.DEVNULL)
+    await host.request(0, "initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                         "clientInfo": {"name": "rawhost", "version": "1"}})
+    answer = await host.response(0, timeout=120)  # a generous hang bound: before, no answer ever came
+    error = answer["error"]
+    assert isinstance(error, dict)
+    assert error["code"] == -32001
+    assert error["message"].startswith("the server 'crash' did not start within 3 s (its last process: the server "
+                                       "exited with status 3; last stderr: boom")
+    await host.close()

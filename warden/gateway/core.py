@@ -423,6 +423,24 @@ class Gateway:
             self._observed = description
         return description
 
+    async def _connected_for_host(self) -> ServerDescription:
+        """:meth:`_connected` for a host's ``initialize`` or ``server/discover``: a server that ends at every start
+        is restarted for ever, and the host's first request would wait as long, told nothing (its own timeout then
+        says only that the server did not answer). Past the request timeout, once a process has ended, the host is
+        answered with why; a start that is only slow (an OAuth authorization under way) is still waited for.
+
+        Raises:
+            UpstreamTimeout: not connected within the request timeout, and a process of the server has ended.
+        """
+        timeout = self.upstream.options.request_timeout
+        while True:
+            with trio.move_on_after(timeout):
+                return await self._connected()
+            last = self.upstream.last_error
+            if last:
+                raise UpstreamTimeout(f"the server {self.upstream.name!r} did not start within {timeout:g} s (its "
+                                      f"last process: {last})")
+
     async def watch_pins(self) -> None:
         """Watch the pin store for the gateway's lifetime (in the background nursery): the guard then re-reads it
         only when it changed, and every connected host hears what an approval made anywhere changed."""
@@ -780,7 +798,7 @@ class Gateway:
     async def _initialize(self, link: HostLink) -> dict[str, Any]:
         assert link.legacy is not None, "the transport calls HostLink.accept_initialize first"
         self.upstream.set_legacy_capabilities(self.guard.declarable(link.legacy.capabilities, era=Era.LEGACY))
-        description = await self._connected()
+        description = await self._connected_for_host()
         lane = await self._lane(Context(Era.LEGACY, link.legacy.version, link.legacy.capabilities, None), link)
         result: dict[str, Any] = {
             "protocolVersion": link.legacy.version,
@@ -796,7 +814,7 @@ class Gateway:
         return result
 
     async def _discover(self, principal: str | None) -> dict[str, Any]:
-        description = await self._connected()
+        description = await self._connected_for_host()
         result: dict[str, Any] = {
             "resultType": "complete",
             "supportedVersions": list(MODERN_VERSIONS),
