@@ -30,6 +30,8 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePath
@@ -381,6 +383,28 @@ def _warden_args(entry: HostEntry) -> tuple[str, ...] | None:
     return None
 
 
+def _steers_warden(var: str) -> bool:
+    """``var``, set for warden's own process, steers it or what it runs on the host (:data:`_WARDEN_PROCESS_ENV`)."""
+    return var.upper() in _WARDEN_PROCESS_ENV or var.upper().startswith(_WARDEN_PROCESS_PREFIXES)
+
+
+def _this_warden(entry: HostEntry, warden_argv: Sequence[str]) -> bool:
+    """Whether ``entry`` starts the user's warden: a bare name (the host finds it on its ``PATH``, which an entry
+    cannot set: :func:`_steers_warden`), a path to this warden, or to the interpreter or console script it runs
+    from, or a program of the system's own (under ``/usr`` or ``/bin``; symlinks resolved). A program that only has
+    warden's name (a project's ``node_modules/.bin/warden``, or its own ``.venv/bin/python -P -m warden``) could
+    run anything, unsandboxed: an entry that starts it with no command of its own is not taken for one import
+    made."""
+    if entry.command is None:
+        return False
+    if "/" not in entry.command:
+        return True
+    real = os.path.realpath(entry.command)
+    own = {os.path.realpath(path) for path in (warden_argv[0], sys.executable, Path(sys.executable).parent / "warden",
+                                                shutil.which("warden") or "") if path and "/" in str(path)}
+    return real in own or real.startswith(("/usr/", "/bin/"))
+
+
 def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
     """``warden [--config C] run [--name N] [--read D] [--write D] ... -- CMD ARGS`` seen through (None: the entry
     does not start warden), and ``warden [--config C] serve ...``, which has no command of its own. Options other
@@ -463,7 +487,7 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
     dirs = _merge_dirs(found)
     for var, value in values.items():
         if host_reference(entry.host, value):
-            if var.upper() in _WARDEN_PROCESS_ENV or var.upper().startswith(_WARDEN_PROCESS_PREFIXES):
+            if _steers_warden(var):
                 mine.append(f"env {var} = {value!r} would stay in the host entry, where {f.host_name} sets it for "
                             f"warden's own process (which {var} steers), not only for the server: write the value "
                             "itself (it then goes to the server only), or remove it")
@@ -608,6 +632,17 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
                 continue
             where = f"{f.path}: {entry.label}"
             wrapped = _unwrap(entry, home)
+            if wrapped is not None and wrapped.entry is None and not _this_warden(entry, warden_argv):
+                problems.append(f"{where}: starts a program named warden, {entry.command!r}, that is not this warden, "
+                                "with no command of its own: import cannot tell what it runs. Remove the entry, or "
+                                "write it as the server's own command and import again")
+                continue
+            steering = sorted(var for var in entry.env if _steers_warden(var))
+            if wrapped is not None and wrapped.entry is None and steering:
+                problems.append(f"{where}: starts warden with {', '.join(steering)} in its env, which "
+                                f"{f.host_name} sets for warden's own process (import never writes such an entry): "
+                                "remove them")
+                continue
             if wrapped is not None and wrapped.entry is None:  # first: importing again leaves these as they are
                 skipped.append(f"{where}: already starts `warden {wrapped.subcommand}` with no command of its own "
                                "(warden's config has it); left as it is")
