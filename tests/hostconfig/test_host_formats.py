@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path, PurePath
 
 import pytest
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 
 from warden.errors import ConfigError
 from warden.hostconfig import build_plan, detect_host, parse_host_file, strip_jsonc
+from warden.policy import PROTECTED_NAMES, SandboxSettings
 
 text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=30)
 names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=20)
@@ -288,3 +290,26 @@ def test_the_host_s_socket_directories_are_never_proposed(tmp_path: Path) -> Non
     with pytest.raises(ConfigError) as info:
         _plan(tmp_path, {"docs": {"command": "npx", "args": ["-y", "x", "/run/warden-test-no-such-socket"]}})
     assert "holds the host's own sockets" in "\n".join(info.value.details)
+
+
+def test_a_git_server_with_its_repository_writable_is_given_its_git_and_nothing_else(tmp_path: Path) -> None:
+    """A write dir's ``.git`` is read-only for a server by default (``PROTECTED_NAMES``), so an imported git server
+    could not commit. Import writes the one exception a git server needs, and says why; the filesystem server of
+    the same project keeps every protected entry read-only."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    plan = _plan(tmp_path, {
+        "git": {"command": "uvx", "args": ["mcp-server-git@0.6.2", "--repository", str(repo)]},
+        "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", str(repo)]},
+        # a project's .mcp.json names these: neither its name nor a word of its package makes a git server
+        "git-tools": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", str(repo)]},
+        "lookalike": {"command": "uvx", "args": ["git-mcp-server-plus", "--repository", str(repo)]}})
+    text = plan.config_after.decode()  # type: ignore[attr-defined]
+    assert "# a git server commits: .git stays writable for it, every other protected entry read-only\n" in text
+    servers = tomllib.loads(text)["servers"]
+    assert servers["git"]["sandbox"]["write_dirs"] == [str(repo)]
+    git = SandboxSettings.model_validate(servers["git"]["sandbox"])
+    assert git.protected_names == tuple(n for n in PROTECTED_NAMES if n != ".git")
+    for other in ("filesystem", "git-tools", "lookalike"):
+        assert servers[other]["sandbox"]["write_dirs"] == [str(repo)]
+        assert "protected_names" not in servers[other]["sandbox"], other

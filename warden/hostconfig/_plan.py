@@ -48,6 +48,7 @@ from warden.hostconfig._formats import (
     host_reference,
     replace_entries,
 )
+from warden.policy import PROTECTED_NAMES
 from warden.secrets import MIN_SECRET_LENGTH, looks_secret
 
 __all__ = ["ImportPlan", "ProposedDir", "ServerImport", "build_plan", "server_name_for", "toml_string"]
@@ -64,6 +65,9 @@ _SCRIPT: Final = (".js", ".mjs", ".cjs", ".ts", ".py", ".pyz", ".jar")
 _SYSTEM: Final = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/proc", "/sys", "/dev", "/opt",
                   "/nix", "/snap")
 _WRITERS: Final = frozenset({"filesystem", "git", "memory"})
+#: Servers whose job is to commit, so import leaves ``.git`` writable for them (every other protected entry stays
+#: read-only): the reference server and the most used npm one.
+_GIT_SERVERS: Final = frozenset({"mcp-server-git", "@cyanheads/git-mcp-server"})
 _HOST_SOCKETS: Final = ("/run", "/var/run")
 _ENGINES: Final = frozenset({"docker", "podman", "nerdctl"})
 # Variables that steer warden's own process, or what it runs on the host (the dynamic loader, Python, npm and node,
@@ -212,7 +216,19 @@ def _toml_table(s: ServerImport) -> str:
             lines.append("read_dirs = [" + ", ".join(toml_string(d) for d in s.read_dirs) + "]")
         if s.write_dirs:
             lines.append("write_dirs = [" + ", ".join(toml_string(d) for d in s.write_dirs) + "]")
+        if s.write_dirs and _git_server(s.entry):
+            lines.append("# a git server commits: .git stays writable for it, every other protected entry read-only")
+            lines.append("protected_names = [" + ", ".join(toml_string(n) for n in PROTECTED_NAMES if n != ".git")
+                         + "]")
     return "\n".join(lines) + "\n"
+
+
+def _git_server(entry: HostEntry) -> bool:
+    """The entry runs a known git server (:data:`_GIT_SERVERS`, by its exact package or program name, a version
+    aside). Never by a word of its name or arguments: a project's ``.mcp.json`` chooses those, and a server given
+    ``.git`` could plant what the host's git runs."""
+    names = [PurePath(entry.command or "").name, *entry.args[:4]]
+    return any(re.sub(r"(?<=.)[@=]=?[^/]*$", "", name) in _GIT_SERVERS for name in names)
 
 
 def _words(entry: HostEntry) -> set[str]:
