@@ -143,10 +143,12 @@ class Verifier:
         return found
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def bound_socket() -> socket.socket:
+    """A socket bound to a free port and kept until uvicorn serves on it: a port picked, closed and bound again
+    later could be taken meanwhile by another test running in parallel (seen: EADDRINUSE)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    return sock
 
 
 def resource_server(name: str, provider: Provider, issuer: str, port: int, *, refuse_all: bool = False) -> Any:
@@ -181,7 +183,8 @@ def authorization_server(provider: Provider, issuer: str) -> Starlette:
 
 
 async def serve(lifetime: int) -> None:
-    ports = {name: free_port() for name in ("as", "a", "b", "stubborn")}
+    sockets = {name: bound_socket() for name in ("as", "a", "b", "stubborn")}
+    ports = {name: int(sock.getsockname()[1]) for name, sock in sockets.items()}
     issuer = f"http://127.0.0.1:{ports['as']}"
     provider = Provider(lifetime)
     apps = {"as": authorization_server(provider, issuer),
@@ -190,7 +193,7 @@ async def serve(lifetime: int) -> None:
             "stubborn": resource_server("stubborn", provider, issuer, ports["stubborn"], refuse_all=True)}
     servers = [uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=ports[name], log_level="warning"))
                for name, app in apps.items()]
-    tasks = [asyncio.create_task(s.serve()) for s in servers]
+    tasks = [asyncio.create_task(s.serve(sockets=[sockets[name]])) for s, name in zip(servers, apps, strict=True)]
     while not all(s.started for s in servers):
         await asyncio.sleep(0.05)
     print(json.dumps({"issuer": issuer, **{name: f"http://127.0.0.1:{ports[name]}/mcp"
