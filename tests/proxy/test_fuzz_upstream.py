@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from tests.support import FIXTURES, HUGE, PYTHON, RawHost, nested, shows_a_crash, through_warden
-from warden.gateway.shaping import stated_and_shown
+from warden.gateway.shaping import passed_complete
 from warden.protocol.messages import MAX_NESTING
 
 HOSTILE_SERVER = [PYTHON, str(FIXTURES / "hostile_server.py")]
@@ -192,9 +192,10 @@ def test_a_2026_results_server_info_is_cut_to_what_hosts_are_told() -> None:
     a result without a URL field passes byte for byte."""
     info_key = "io.modelcontextprotocol/serverInfo"
     plain = json.dumps({"content": [], "_meta": {info_key: {"name": "s", "version": "1"}}}).encode()
-    assert stated_and_shown(plain, stated=False) == b'{"resultType":"complete",' + plain[1:]
+    assert passed_complete(plain, stated=False, method="tools/call", principal=None) == \
+        b'{"resultType":"complete",' + plain[1:]
     leaky = json.dumps({"resultType": "complete", "content": [], "_meta": {info_key: LEAKY_INFO, "k": 1}}).encode()
-    shown = json.loads(stated_and_shown(leaky, stated=True))
+    shown = json.loads(passed_complete(leaky, stated=True, method="tools/call", principal=None))
     assert shown == {"resultType": "complete", "content": [], "_meta": {
         info_key: {"name": "hostile", "version": "1.0", "title": "Hostile", "description": "a server"}, "k": 1}}
 

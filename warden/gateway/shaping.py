@@ -34,6 +34,7 @@ _MODERN_RESULT_KEYS: Final = ("resultType", "ttlMs", "cacheScope")
 _MODERN_RESULT_META: Final = (META_SERVER_INFO, META_SUBSCRIPTION_ID)
 #: The ``serverInfo`` fields a host fetches or opens, as they appear in JSON text: a result holding one is read.
 _URL_FIELDS: Final = (b'"icons"', b'"websiteUrl"')
+_SERVER_INFO_KEY: Final = b'"' + META_SERVER_INFO.encode() + b'"'
 _HOST_META: Final = (META_PROTOCOL_VERSION, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_LOG_LEVEL, "progressToken")
 
 SERVER_FEATURES: Final = ("tools", "prompts", "resources", "completions", "logging")
@@ -100,31 +101,6 @@ def state_complete(raw: bytes) -> bytes:
     return b'{"resultType":"complete"' + (b"," + body if body[:1] != b"}" else b"}")
 
 
-def stated_and_shown(raw: bytes, *, stated: bool) -> bytes:
-    """A 2026 server's complete result as a 2026 host may see it: ``resultType`` stated (:func:`state_complete`),
-    and the server's ``serverInfo`` in its ``_meta`` cut to what hosts are told of it
-    (:func:`~warden.protocol.probe.shown_server_info`: no URL). Byte for byte unless the text holds a field a host
-    would fetch or open (:data:`_URL_FIELDS`, looked for in C first).
-
-    Raises:
-        RemoteProtocolError: the result holds more and cannot be read here (nested too deeply).
-    """
-    passed = raw if stated else state_complete(raw)
-    if META_SERVER_INFO.encode() not in passed or not any(key in passed for key in _URL_FIELDS):
-        return passed
-    try:
-        result = decode_object(passed)
-    except msgspec.DecodeError as exc:
-        raise RemoteProtocolError("the server's result cannot be read here (nested too deeply)",
-                                  jsonrpc_code=INTERNAL_ERROR) from exc
-    meta = result.get("_meta")
-    info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
-    if not isinstance(meta, dict) or not isinstance(info, dict):
-        return passed
-    meta[META_SERVER_INFO] = shown_server_info(info, fallback_name=str(info.get("name", "")))
-    return encode_json(result)
-
-
 def cache_scope(private: bool, principal: str | None) -> str:
     """The ``cacheScope`` of a cacheable result warden answers a 2026 host: ``"private"`` when its source said so,
     and whenever it is answered to an authenticated ``principal``: what warden shows or lets through is decided per
@@ -134,23 +110,30 @@ def cache_scope(private: bool, principal: str | None) -> str:
 
 def passed_complete(raw: bytes, *, stated: bool, method: str, principal: str | None) -> bytes:
     """A 2026 server's complete result (raw) as warden passes it to a 2026 host of ``principal``: its
-    ``resultType`` stated and its ``serverInfo`` shown (:func:`stated_and_shown`) and, for a cacheable result
-    answered to a principal, its
-    ``cacheScope`` per :func:`cache_scope`; otherwise byte for byte.
+    ``resultType`` stated (:func:`state_complete`), the server's ``serverInfo`` in its ``_meta`` cut to what hosts
+    are told of it (:func:`~warden.protocol.probe.shown_server_info`: no URL), and, for a cacheable result answered
+    to a principal, its ``cacheScope`` per :func:`cache_scope`. Read once, and only when one of the last two may
+    change it (a URL field is looked for in C first); otherwise byte for byte.
 
     Raises:
-        RemoteProtocolError: the result must be re-scoped and cannot be read here (nested too deeply): it is not
-            passed on, since it would say it may be shared.
+        RemoteProtocolError: the result must be changed and cannot be read here (nested too deeply): it is not
+            passed on, since it would say it may be shared, or carry a URL a host would fetch.
     """
-    passed = stated_and_shown(raw, stated=stated)
-    if principal is None or method not in CACHEABLE_METHODS:
+    passed = raw if stated else state_complete(raw)
+    rescope = principal is not None and method in CACHEABLE_METHODS
+    if not rescope and not (_SERVER_INFO_KEY in passed and any(key in passed for key in _URL_FIELDS)):
         return passed
     try:
         result = decode_object(passed)
     except msgspec.DecodeError as exc:
         raise RemoteProtocolError(f"the server's {method} result cannot be read here (nested too deeply)",
                                   jsonrpc_code=INTERNAL_ERROR) from exc
-    result["cacheScope"] = cache_scope(result.get("cacheScope") != "public", principal)
+    meta = result.get("_meta")
+    info = meta.get(META_SERVER_INFO) if isinstance(meta, dict) else None
+    if isinstance(meta, dict) and isinstance(info, dict):
+        meta[META_SERVER_INFO] = shown_server_info(info, fallback_name=str(info.get("name", "")))
+    if rescope:
+        result["cacheScope"] = cache_scope(result.get("cacheScope") != "public", principal)
     return encode_json(result)
 
 

@@ -24,7 +24,7 @@ from warden.gateway.guard import Guard
 from warden.gateway.link import Context, HostLink, Sink, UpstreamCall
 from warden.gateway.questions import ServerQuestions
 from warden.gateway.recorder import Recorder
-from warden.gateway.shaping import result_kind, stated_and_shown, strip_host_meta
+from warden.gateway.shaping import passed_complete, result_kind, strip_host_meta
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
     TASKS_EXTENSION,
@@ -155,7 +155,7 @@ class TaskRouting:
             if kind != "complete":
                 raise RemoteProtocolError(f"the server answered {request.method} with resultType {kind!r}",
                                           jsonrpc_code=INTERNAL_ERROR)
-            raw = stated_and_shown(raw, stated=stated)
+            raw = passed_complete(raw, stated=stated, method=request.method, principal=None)
         if request.method == "tasks/result":
             upstream.release_progress(task_id)
             raw = self._screen(entry.tool)(raw)
