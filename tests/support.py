@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import ipaddress
 import json
@@ -9,10 +10,11 @@ import os
 import pty
 import select
 import shutil
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -339,3 +341,57 @@ def audit_records(event: str, *extra: str) -> list[dict[str, Any]]:
                            text=True, timeout=60, check=False)
     assert shown.returncode == 0, shown.stderr
     return [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes listening on TCP ``port`` on any local address (``/proc/net/tcp`` and ``tcp6``; state 0A)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    return inodes
+
+
+def _listens_itself(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds the socket listening on ``port`` (not another test's server on it)."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return False
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            if os.readlink(fd) in wanted:
+                return True
+    return False
+
+
+def start_listening(start: Callable[[int], subprocess.Popen[bytes]], *, timeout: float = 90.0,
+                    attempts: int = 5) -> tuple[int, subprocess.Popen[bytes]]:
+    """Start a server process that takes its port as an argument, on a free port, and wait until *it* listens there.
+
+    A port found free and closed can be taken by a parallel test before the server binds it; the server then exits
+    (EADDRINUSE) while a readiness probe is answered by the other test's server. So readiness here means the started
+    process holds the listening socket, and a server that exits before that is started again on another port.
+    """
+    for _ in range(attempts):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port: int = probe.getsockname()[1]
+        process = start(port)
+        deadline = time.monotonic() + timeout
+        while process.poll() is None and time.monotonic() < deadline:
+            if _listens_itself(process.pid, port):
+                return port, process
+            time.sleep(0.05)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"{process.args!r} did not listen on {port} within {timeout} s")
+    raise AssertionError(f"{process.args!r} exited before listening, {attempts} times (last: {process.returncode})")

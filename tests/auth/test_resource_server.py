@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -208,23 +207,16 @@ async def test_made_up_tokens_while_the_issuer_is_down_cost_one_fetch_per_interv
     assert isinstance(await rs.check(bearer(issuer.token())), Principal)  # tried again once the interval is over
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def test_the_http_face_accepts_jwts_and_serves_its_metadata(issuer: Issuer, isolated_env: Path,
                                                                   tmp_path: Path) -> None:
-    from tests.http_server.warden_http import warden_http
+    from tests.http_server.warden_http import FIXED_PORT, warden_http
 
     write_config(tmp_path)
-    port = free_port()
-    resource = f"http://127.0.0.1:{port}/mcp"
     async with warden_http(RAWSERVER, "--accept-oauth-issuer", issuer.url, "--require-scope", "mcp:tools",
-                           cwd=tmp_path, bind=f"127.0.0.1:{port}") as face:
+                           cwd=tmp_path, bind=FIXED_PORT) as face:
+        resource = face.url
         async with httpx.AsyncClient(trust_env=False, timeout=30) as http:
-            metadata = await http.get(f"http://127.0.0.1:{port}/.well-known/oauth-protected-resource/mcp")
+            metadata = await http.get(f"{face.origin}/.well-known/oauth-protected-resource/mcp")
             assert metadata.status_code == 200
             assert metadata.json()["resource"] == resource
             assert metadata.json()["authorization_servers"] == [issuer.url]

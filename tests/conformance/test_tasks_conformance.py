@@ -9,7 +9,6 @@ printed.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 from pathlib import Path
 
@@ -18,7 +17,7 @@ import trio
 
 from tests.conformance.test_server_suites import _ANSI, HARNESS_ALPHA, NODE22
 from tests.http_server.warden_http import warden_http
-from tests.support import FIXTURES, PYTHON, write_config
+from tests.support import FIXTURES, PYTHON, start_listening, write_config
 
 TASK_SERVER = [PYTHON, str(FIXTURES / "task_server.py")]
 _SCENARIO_LINE = re.compile(r"^[✓✗] (tasks-[a-z0-9-]+): (\d+) passed, (\d+) failed$")
@@ -39,25 +38,11 @@ async def _tasks_run(url: str, cwd: Path) -> dict[str, tuple[int, int]]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 async def test_tasks_scenarios_fail_no_more_through_warden(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                            ) -> None:
-    port = _free_port()
-    direct_server = subprocess.Popen([*TASK_SERVER, "--http", str(port)])
+    port, direct_server = await trio.to_thread.run_sync(
+        lambda: start_listening(lambda port: subprocess.Popen([*TASK_SERVER, "--http", str(port)])))
     try:
-        with trio.fail_after(10):
-            while True:
-                try:
-                    await trio.open_tcp_stream("127.0.0.1", port)
-                    break
-                except OSError:
-                    await trio.sleep(0.05)
         direct = await _tasks_run(f"http://127.0.0.1:{port}/mcp", tmp_path)
     finally:
         direct_server.terminate()

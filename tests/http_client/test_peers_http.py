@@ -10,10 +10,8 @@ from the same server directly. warden's own log (``-v``) says which era and tran
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
-import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +21,7 @@ from mcp import Client, StdioServerParameters
 
 from tests.http_client.httpserver import Exchange, HttpServer
 from tests.http_client.mocks import ModernMock
-from tests.support import NODE, PEERS, PYTHON, ROOT, WARDEN, everything_server
+from tests.support import NODE, PEERS, PYTHON, ROOT, WARDEN, everything_server, start_listening
 from warden.policy import PinStore
 from warden.transport.http_config import http_server_name
 
@@ -32,48 +30,31 @@ FIXTURE = str(ROOT / "tests" / "fixtures" / "conformance_server.py")
 EVERYTHING = str(PEERS / "@modelcontextprotocol" / "server-everything" / "dist" / "index.js")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def wait_listening(port: int, process: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"the server exited with {process.returncode}"
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"nothing listens on {port}")
-
-
 @pytest.fixture(scope="module")
 def http_peers() -> Iterator[dict[str, str]]:
     """The three HTTP servers, started once for the module; name -> URL."""
-    ports = {name: free_port() for name in ("python-sdk", "everything-streamable", "everything-sse")}
     env = dict(os.environ)
-    commands = {
-        "python-sdk": ([PYTHON, FIXTURE, "--http", str(ports["python-sdk"])], env),
-        "everything-streamable": ([NODE, EVERYTHING, "streamableHttp"],
-                                  env | {"PORT": str(ports["everything-streamable"])}),
-        "everything-sse": ([NODE, EVERYTHING, "sse"], env | {"PORT": str(ports["everything-sse"])}),
+    commands: dict[str, Callable[[int], subprocess.Popen[bytes]]] = {
+        "python-sdk": lambda port: quiet([PYTHON, FIXTURE, "--http", str(port)], env),
+        "everything-streamable": lambda port: quiet([NODE, EVERYTHING, "streamableHttp"], env | {"PORT": str(port)}),
+        "everything-sse": lambda port: quiet([NODE, EVERYTHING, "sse"], env | {"PORT": str(port)}),
     }
-    processes = {name: subprocess.Popen(argv, env=penv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for name, (argv, penv) in commands.items()}
+    started: dict[str, tuple[int, subprocess.Popen[bytes]]] = {}
     try:
-        for name, process in processes.items():
-            wait_listening(ports[name], process)
+        for name, start in commands.items():
+            started[name] = start_listening(start)
+        ports = {name: port for name, (port, _) in started.items()}
         yield {"python-sdk": f"http://127.0.0.1:{ports['python-sdk']}/mcp",
                "everything-streamable": f"http://127.0.0.1:{ports['everything-streamable']}/mcp",
                "everything-sse": f"http://127.0.0.1:{ports['everything-sse']}/sse"}
     finally:
-        for process in processes.values():
+        for _, process in started.values():
             process.kill()
             process.wait()
+
+
+def quiet(argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def warden_params(url: str, log: Path, *warden_args: str, env: dict[str, str] | None = None) -> StdioServerParameters:

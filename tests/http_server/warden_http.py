@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -85,16 +86,49 @@ class WardenHttp:
         await self.client.aclose()
 
 
+FIXED_PORT = "fixed"
+"""``bind`` for a face that must name its port before it listens (an OAuth resource): a free port picked here, and
+another one if a parallel test takes it first."""
+IN_USE = "Address already in use"
+
+
 @contextlib.asynccontextmanager
 async def warden_http(server: list[str], *args: str, cwd: Path, no_auth: bool = False,
                       env: Mapping[str, str] | None = None, bind: str = "127.0.0.1:0") -> AsyncIterator[WardenHttp]:
     """Start ``warden run --http BIND [--no-auth] ARGS -- SERVER`` (with no ``server``: ``warden serve --http
     BIND [--no-auth] ARGS``, every configured server), wait for its URL, stop it after."""
-    head = [WARDEN, "run" if server else "serve", "--http", bind, *(["--no-auth"] if no_auth else []), *args]
-    argv = [*head, "--", *server] if server else head
+    async with trio.open_nursery() as nursery:
+        for _ in range(5):
+            address = f"127.0.0.1:{free_port()}" if bind == FIXED_PORT else bind
+            head = [WARDEN, "run" if server else "serve", "--http", address, *(["--no-auth"] if no_auth else []),
+                    *args]
+            process, lines, url = await _serving([*head, "--", *server] if server else head, cwd, env, nursery)
+            if url or bind != FIXED_PORT or not any(IN_USE in line for line in lines):
+                break
+        assert url, "warden exited before serving:\n" + "\n".join(lines)
+        token = None
+        if not no_auth:
+            token_file = next(line for line in lines if line.startswith("warden: bearer token in "))
+            path = Path(token_file.removeprefix("warden: bearer token in ").split(" (hosts send")[0])
+            token = path.read_text().strip()
+        face = WardenHttp(process, url, token, lines)
+        try:
+            yield face
+        finally:
+            await face.aclose()
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            with trio.fail_after(30):
+                await process.wait()
+            nursery.cancel_scope.cancel()
+
+
+async def _serving(argv: list[str], cwd: Path, env: Mapping[str, str] | None, nursery: trio.Nursery
+                   ) -> tuple[trio.Process, list[str], str]:
+    """Start warden and wait until it serves or exits: its process, the stderr lines so far (kept growing by a task
+    in ``nursery``) and its URL ("" if it exited first)."""
     process = await trio.lowlevel.open_process(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, cwd=str(cwd), env=env)
-    assert process.stderr is not None
     lines: list[str] = []
     ready = trio.Event()
     url: list[str] = []
@@ -114,26 +148,19 @@ async def warden_http(server: list[str], *args: str, cwd: Path, no_auth: bool = 
                     ready.set()
         ready.set()
 
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(drain)
-        with trio.fail_after(60):
-            await ready.wait()
-        assert url, "warden exited before serving:\n" + "\n".join(lines)
-        token = None
-        if not no_auth:
-            token_file = next(line for line in lines if line.startswith("warden: bearer token in "))
-            path = Path(token_file.removeprefix("warden: bearer token in ").split(" (hosts send")[0])
-            token = path.read_text().strip()
-        face = WardenHttp(process, url[0], token, lines)
-        try:
-            yield face
-        finally:
-            await face.aclose()
-            with contextlib.suppress(ProcessLookupError):
-                process.send_signal(signal.SIGTERM)
-            with trio.fail_after(30):
-                await process.wait()
-            nursery.cancel_scope.cancel()
+    nursery.start_soon(drain)
+    with trio.fail_after(60):
+        await ready.wait()
+    if not url:
+        await process.wait()
+    return process, lines, url[0] if url else ""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def sse_messages(text: str) -> list[dict[str, Any]]:

@@ -30,17 +30,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import NODE, PEERS, make_certificates
+from tests.support import NODE, PEERS, make_certificates, start_listening
 
 VERDACCIO = PEERS / "verdaccio" / "bin" / "verdaccio"
 OLD = datetime.now(UTC) - timedelta(days=30)
 
 
-def free_port() -> int:
+@pytest.fixture
+def refused_port() -> Iterator[int]:
+    """A port where connections are refused for the whole test: bound and never listening, so no parallel test's
+    server can take it (a port found free and closed could be)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        yield sock.getsockname()[1]
 
 
 @dataclass
@@ -85,7 +87,6 @@ def npm_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NpmRegist
     if not VERDACCIO.exists():
         pytest.fail(f"verdaccio is missing at {VERDACCIO}: run `make setup` (tests/peers/package.json)")
     work = tmp_path_factory.mktemp("verdaccio")
-    port = free_port()
     config = work / "config.yaml"
     config.write_text(f"""storage: {work / 'storage'}
 auth:
@@ -100,9 +101,9 @@ packages:
 log: {{ type: stdout, format: pretty, level: error }}
 """)
     log = (work / "verdaccio.log").open("wb")
-    process = subprocess.Popen([NODE, str(VERDACCIO), "--config", str(config), "--listen", f"127.0.0.1:{port}"],
-                               stdout=log, stderr=subprocess.STDOUT, env={"PATH": os.environ["PATH"],
-                                                                         "HOME": str(work)})
+    port, process = start_listening(lambda port: subprocess.Popen(
+        [NODE, str(VERDACCIO), "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT, env={"PATH": os.environ["PATH"], "HOME": str(work)}))
     url = f"http://127.0.0.1:{port}/"
     try:
         token = ""

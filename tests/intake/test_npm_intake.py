@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.intake.conftest import NpmRegistry, client_caches, free_port, markers
+from tests.intake.conftest import NpmRegistry, client_caches, markers
 from tests.intake.packages import MARKER_PREFIX, npm_package
 from tests.sandbox.mcp import McpSession, mcp_session
 from warden.errors import IntakeError, LaunchError
@@ -240,8 +240,9 @@ def test_a_package_that_does_not_exist_is_named(state_dir: Path, host_env: dict[
     assert info.value.hint == "check the package name; for a private registry, check ~/.npmrc"
 
 
-def test_a_registry_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
-    (fresh_home / ".npmrc").write_text(f"registry=http://127.0.0.1:{free_port()}/\nfetch-retries=0\n")
+def test_a_registry_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path,
+                                          refused_port: int) -> None:
+    (fresh_home / ".npmrc").write_text(f"registry=http://127.0.0.1:{refused_port}/\nfetch-retries=0\n")
     request = parse_runner(["npx", "-y", "warden-fixture-server"])
     assert request is not None
     with pytest.raises(IntakeError, match=r"the npm registry could not be reached to look up warden-fixture-server: "

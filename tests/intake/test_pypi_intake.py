@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from tests.intake.conftest import PypiIndex, TlsIndex, client_caches, free_port, markers
+from tests.intake.conftest import PypiIndex, TlsIndex, client_caches, markers
 from tests.intake.packages import MARKER_PREFIX, sdist, wheel
 from tests.sandbox.mcp import McpSession, mcp_session
 from warden.errors import IntakeError
@@ -127,8 +127,9 @@ def test_a_package_the_index_does_not_have_is_named(state_dir: Path, host_env: d
         take_in(request, state_dir=state_dir, env=host_env)
 
 
-def test_an_index_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
-    (fresh_home / ".config" / "uv" / "uv.toml").write_text(f'index-url = "http://127.0.0.1:{free_port()}/simple/"\n')
+def test_an_index_that_is_down_is_named(state_dir: Path, host_env: dict[str, str], fresh_home: Path,
+                                        refused_port: int) -> None:
+    (fresh_home / ".config" / "uv" / "uv.toml").write_text(f'index-url = "http://127.0.0.1:{refused_port}/simple/"\n')
     request = parse_runner(["uvx", "warden-fixture-py"])
     assert request is not None
     with pytest.raises(IntakeError, match=r"the package index could not be reached to resolve warden-fixture-py: "):
