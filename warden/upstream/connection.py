@@ -232,6 +232,7 @@ class ProcessConnection:
 
     async def wait_ended(self) -> str:
         status = await self._child.wait()
+        await self._stderr.last_words()
         tail = self._stderr.tail(5)
         ended = f"the server exited with status {status}"
         if self._child.stop_reason is not None:  # a sandbox limit warden enforces (the write quota)

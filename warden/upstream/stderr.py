@@ -22,6 +22,10 @@ log = logging.getLogger("warden.server")
 TAIL_BYTES: Final = 64 * 1024
 LINES_PER_SECOND: Final = 50.0
 BURST: Final = 200.0
+LAST_WORDS_WAIT: Final = 0.5
+"""How long an ended server's last stderr may take to arrive after its exit is seen: the exit and the pipe's last
+bytes race, and a crash message without the server's last words (its reason) is the one a person needs most. Bounded,
+because a process the server left behind can hold the pipe open."""
 
 
 @final
@@ -37,6 +41,7 @@ class StderrTail:
         self._tokens = BURST
         self._last = 0.0
         self.suppressed = 0
+        self._ended = trio.Event()
 
     def tail(self, max_lines: int = 20) -> list[str]:
         """The last lines, redacted, escaped and cut to :data:`~warden.logs.MAX_LINE` characters each (they go
@@ -44,8 +49,19 @@ class StderrTail:
         shown = [for_terminal(line) for line in list(self._lines)[-max_lines:]]
         return [line if len(line) <= MAX_LINE else line[:MAX_LINE] + "…" for line in shown]
 
+    async def last_words(self) -> None:
+        """Wait until the stream has ended (every line read), at most :data:`LAST_WORDS_WAIT` seconds."""
+        with trio.move_on_after(LAST_WORDS_WAIT):
+            await self._ended.wait()
+
     async def drain(self, stream: trio.abc.ReceiveStream) -> None:
         """Read until EOF. Cancelling it is fine; the process is being stopped anyway."""
+        try:
+            await self._read(stream)
+        finally:
+            self._ended.set()
+
+    async def _read(self, stream: trio.abc.ReceiveStream) -> None:
         while True:
             try:
                 data = await stream.receive_some(65536)
