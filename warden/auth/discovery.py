@@ -16,16 +16,20 @@ Everything fetched here comes from the network and is hostile. What is refused, 
   for (RFC 8414 §3.3), or whose endpoints are on another origin than that issuer: the metadata would send
   warden's codes and credentials somewhere the issuer never vouched for;
 * endpoints over plain ``http://`` to anything but loopback, and servers that do not offer PKCE with S256;
-* an authorization server on loopback named by a server that is not: http:// to loopback is allowed for a local
-  test setup, not so that a remote server can make warden send requests to this machine's own services.
+* an authorization server on this machine named by a server that is not on it, or one on a private or other
+  local network address named by a server that is not on one (:func:`check_authorization_server_address`):
+  http:// to loopback is allowed for a local test setup, not so that a remote server can make warden send
+  requests to this machine's own services or into the user's network.
 
 Bodies are read up to :data:`MAX_METADATA_BYTES`; redirects are not followed.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
@@ -33,6 +37,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from warden.egress import is_public, parse_ip
 from warden.errors import UpstreamError
 from warden.escape import for_terminal
 from warden.loopback import is_loopback
@@ -43,6 +48,7 @@ __all__ = [
     "DiscoveryError",
     "ProtectedResource",
     "authorization_server_metadata_urls",
+    "check_authorization_server_address",
     "check_endpoint_url",
     "discover_authorization_server",
     "discover_resource",
@@ -106,6 +112,53 @@ def check_endpoint_url(url: object, what: str) -> str:
         raise DiscoveryError(f"the {what} {for_terminal(url)!r} is plain http:// to a host that is not loopback",
                              hint="OAuth traffic goes over https:// only (or http:// to this machine)")
     return url
+
+
+def _numeric_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as the address a resolver reads it as without asking DNS, in any form one takes: IPv6 with a zone
+    index (dropped) or IPv4-mapped (its IPv4 address), and IPv4 as ``inet_aton`` reads it - ``127.1``,
+    ``0x7f.0.0.1`` and ``2130706433`` connect to 127.0.0.1 just as the dotted quad does. None for a name."""
+    name = host.strip("[]").split("%", 1)[0]
+    address = parse_ip(name)
+    if address is not None or ":" in name:
+        return address
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(name.removesuffix(".")))
+    except (OSError, ValueError):
+        return None
+
+
+def check_authorization_server_address(server_url: str, issuer: str, metadata_url: str) -> None:
+    """Refuse an authorization server ``issuer`` that the resource metadata at ``metadata_url`` may not send warden
+    to: one on this machine (loopback, the unspecified address, ``localhost`` and its subdomains) unless the MCP
+    server is on loopback too, and one on any other address that is not public (private, link-local, CGNAT,
+    unique-local IPv6, ...: :func:`warden.egress.is_public`) unless the MCP server is on such an address too.
+
+    Only what needs no DNS is judged: names as they are and IP literals. A name that resolves to a private address
+    is not caught here: discovery resolves no names, and asking DNS first would not bind the connection anyway.
+    Each side errs towards refusing: the authorization server's host counts as an address in every form a resolver
+    reads numerically, the MCP server's only in the canonical one (``127.1`` is a remote server, whose
+    authorization server may then not be on loopback).
+
+    Raises:
+        DiscoveryError: the authorization server is on this machine or a local network and the MCP server is not.
+    """
+    server_host, host = origin_of(server_url)[1], origin_of(issuer)[1]
+    server_address = parse_ip(server_host)
+    server_local = is_loopback(server_host) or (server_address is not None and not is_public(server_address))
+    address = _numeric_address(host)
+    on_machine = (is_loopback(host) or host.removesuffix(".").endswith(".localhost")
+                  or (address is not None and (address.is_loopback or address.is_unspecified)))
+    if on_machine and not is_loopback(server_host):
+        raise DiscoveryError(
+            f"the protected resource metadata at {for_terminal(metadata_url)} names an authorization server on this "
+            f"machine ({for_terminal(issuer)!r}) for a server that is not on it; warden sends no OAuth request to a "
+            "local service on a remote server's word")
+    if address is not None and not is_public(address) and not server_local:
+        raise DiscoveryError(
+            f"the protected resource metadata at {for_terminal(metadata_url)} names an authorization server on a "
+            f"private or local network address ({for_terminal(issuer)!r}) for a server that is not on one; warden "
+            "sends no OAuth request into a local network on a remote server's word")
 
 
 def resource_matches(server_url: str, resource: str) -> bool:
@@ -239,11 +292,7 @@ async def discover_resource(http: httpx.AsyncClient, server_url: str,
             raise DiscoveryError(f"the protected resource metadata at {for_terminal(url)} names no "
                                  "authorization server")
         issuer = check_endpoint_url(servers[0], "authorization server named by the resource metadata")
-        if is_loopback(origin_of(issuer)[1]) and not is_loopback(origin_of(server_url)[1]):
-            raise DiscoveryError(
-                f"the protected resource metadata at {for_terminal(url)} names an authorization server on this "
-                f"machine ({for_terminal(issuer)!r}) for a server that is not on it; warden sends no OAuth request "
-                "to a local service on a remote server's word")
+        check_authorization_server_address(server_url, issuer, url)
         scopes = data.get("scopes_supported")
         return ProtectedResource(resource=resource, authorization_server=issuer,
                                  scopes_supported=_string_list(scopes) if isinstance(scopes, list) else None)
