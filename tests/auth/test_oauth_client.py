@@ -411,3 +411,88 @@ async def test_a_cancelled_request_does_not_abandon_the_authorization(nursery: t
     assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-1"
     assert len(shown) == 1
     assert len(harness.fake.seen("/authorize")) == 1
+
+
+# ---------------------------------------------------------------------------------------------------- deadlines
+
+DEADLINE = 1.5
+"""The exchange deadline these tests configure; the hostile server would take minutes (one byte every 0.5 s of a
+1000-byte answer, or every well-known URL answered just before httpx's 15 s read timeout)."""
+
+
+def stalling(fake: FakeAuth, paths: tuple[str, ...], mode: str) -> None:
+    """Make ``paths`` answer as a hostile server that holds warden without ever tripping a read timeout:
+    ``trickle`` sends a 200 one byte every 0.5 s, ``slow`` waits 1 s before each 404 (well inside httpx's read
+    timeout)."""
+    answer_all_else = fake.server.handler
+
+    async def handler(ex: Exchange) -> None:
+        if ex.request.path.split("?")[0] not in paths:
+            await answer_all_else(ex)
+        elif mode == "slow":
+            await trio.sleep(1)
+            await ex.respond(404, b"")
+        else:
+            await ex.start(200, [("Content-Type", "application/json"), ("Content-Length", "1000")])
+            for _ in range(1000):
+                await ex.write(b" ")
+                await trio.sleep(0.5)
+
+    fake.server.handler = handler
+
+
+@pytest.mark.parametrize(("paths", "mode", "what"), [
+    (("/.well-known/oauth-protected-resource/mcp",), "trickle",
+     "OAuth discovery (the protected resource metadata of {origin}/mcp)"),
+    (("/.well-known/oauth-authorization-server",), "trickle",
+     "OAuth discovery (the metadata of authorization server {origin})"),
+    (("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"), "slow",
+     "OAuth discovery (the protected resource metadata of {origin}/mcp)"),
+    (("/register",), "trickle", "client registration at {origin}"),
+    (("/token",), "trickle", "the token request at {origin}"),
+])
+async def test_a_server_that_trickles_or_stalls_is_given_one_deadline_per_exchange(
+        nursery: trio.Nursery, tmp_path: Any, paths: tuple[str, ...], mode: str, what: str) -> None:
+    """Only httpx's 15 s per read bounded discovery, registration and the token request, so a server that sends a
+    byte now and then (or answers each of the five well-known URLs just in time) held the request, and every
+    request waiting for the same authorization, for minutes. Each exchange now has one deadline in all; running
+    out is a timeout (the next challenge may try again), not a refusal."""
+    fake = FakeAuth()
+    stalling(fake, paths, mode)
+    harness = await make_harness(nursery, tmp_path, fake,
+                                 settings=OAuthSettings(timeout=20, exchange_timeout=DEADLINE))
+    with trio.fail_after(15), pytest.raises(UpstreamTimeout) as timed_out:
+        await harness.challenge(header="Bearer")
+    assert timed_out.value.message == (f"test: {what.format(origin=fake.origin)} did not finish within 1.5 s; the "
+                                       "server answers too slowly or not at all")
+    assert timed_out.value.hint == "try again later"
+    assert harness.events == []
+    fake.server.handler = fake.handle
+    with trio.fail_after(15):
+        assert await harness.challenge(header="Bearer")  # not final: the server recovered
+
+
+async def test_a_refresh_that_trickles_times_out_keeps_the_refresh_token_and_asks_no_one(nursery: trio.Nursery,
+                                                                                        tmp_path: Any) -> None:
+    shown: list[str] = []
+
+    async def user(url: str) -> None:
+        shown.append(url)
+        await follow(url)
+
+    harness = await make_harness(nursery, tmp_path, FakeAuth(), present=user,
+                                 settings=OAuthSettings(timeout=20, exchange_timeout=DEADLINE))
+    assert await harness.challenge()
+    stalling(harness.fake, ("/token",), "trickle")
+    harness.clock.now += 3600
+    with trio.fail_after(15), pytest.raises(UpstreamTimeout) as timed_out:
+        await harness.client.authorization(harness.url)
+    assert timed_out.value.message == (f"test: refreshing the token at {harness.fake.origin} did not finish within "
+                                       "1.5 s; the server answers too slowly or not at all")
+    assert len(shown) == 1
+    kept = harness.store.tokens(harness.url, harness.fake.origin)
+    assert kept is not None
+    assert kept.refresh_token == REFRESH
+    harness.fake.server.handler = harness.fake.handle
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-2"
+    assert len(shown) == 1

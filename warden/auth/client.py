@@ -27,11 +27,12 @@ ever logs or prints a token, a code or a client secret.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
 import secrets
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, final
 
@@ -319,10 +320,27 @@ class OAuthClient:
 
     # -- the HTTP parts -------------------------------------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def _deadline(self, what: str, at: float | None = None) -> Iterator[None]:
+        """Bound an exchange with the servers that needs no user (:data:`EXCHANGE_TIMEOUT`), ending at ``at`` when
+        given (a discovery's steps share one deadline), and say which one ran out; ``what`` is already escaped."""
+        seconds = self._settings.exchange_timeout
+        try:
+            with trio.fail_at(trio.current_time() + seconds if at is None else at):
+                yield
+        except trio.TooSlowError as exc:
+            raise UpstreamTimeout(f"{self._name}: {what} did not finish within {seconds:g} s; the server answers too "
+                                  "slowly or not at all", hint="try again later") from exc
+
     async def _discover(self, challenge: BearerChallenge) -> tuple[ProtectedResource, AuthorizationServer]:
+        at = trio.current_time() + self._settings.exchange_timeout
         async with httpx.AsyncClient(**_http_options()) as http:
-            resource = await discover_resource(http, self._server_url, challenge.resource_metadata)
-            server = await discover_authorization_server(http, resource)
+            with self._deadline(f"OAuth discovery (the protected resource metadata of "
+                                f"{for_terminal(self._server_url)})", at):
+                resource = await discover_resource(http, self._server_url, challenge.resource_metadata)
+            with self._deadline(f"OAuth discovery (the metadata of authorization server "
+                                f"{for_terminal(resource.authorization_server)})", at):
+                server = await discover_authorization_server(http, resource)
         self._discovered = (resource, server)
         return resource, server
 
@@ -381,9 +399,10 @@ class OAuthClient:
                 response = await self._wait_for_user(url, listener, state)
                 self._check_iss(server, response.iss)
                 try:
-                    token = await oauth.fetch_token(server.token_endpoint, grant_type="authorization_code",
-                                                    code=response.code, code_verifier=verifier,
-                                                    resource=resource.resource, **_client_id_param(registration))
+                    with self._deadline(f"the token request at {for_terminal(server.issuer)}"):
+                        token = await oauth.fetch_token(server.token_endpoint, grant_type="authorization_code",
+                                                        code=response.code, code_verifier=verifier,
+                                                        resource=resource.resource, **_client_id_param(registration))
                 except (OAuthError, ValueError, *_OAUTH_HTTP_ERRORS) as exc:
                     raise self._token_failure("the token request", exc) from exc
         finally:
@@ -498,8 +517,9 @@ class OAuthClient:
             return False
         try:
             async with self._oauth_http(registration) as oauth:
-                token = await oauth.refresh_token(server.token_endpoint, refresh_token=tokens.refresh_token,
-                                                  resource=resource.resource, **_client_id_param(registration))
+                with self._deadline(f"refreshing the token at {for_terminal(server.issuer)}"):
+                    token = await oauth.refresh_token(server.token_endpoint, refresh_token=tokens.refresh_token,
+                                                      resource=resource.resource, **_client_id_param(registration))
             refreshed = self._token_set(token, resource, server, registration, tokens.scopes, previous=tokens)
         except (OAuthError, ValueError, TokenError, *_OAUTH_HTTP_ERRORS) as exc:
             log.warning("%s: refreshing the token failed (%s); authorizing again", self._name,
@@ -565,10 +585,11 @@ class OAuthClient:
             body["scope"] = " ".join(registered_scopes)
         async with httpx.AsyncClient(**_http_options()) as http:
             try:
-                async with http.stream("POST", server.registration_endpoint, json=body,
-                                       headers={"Accept": "application/json"}) as response:
-                    raw = await read_bounded(response)
-                    status = response.status_code
+                with self._deadline(f"client registration at {for_terminal(server.issuer)}"):
+                    async with http.stream("POST", server.registration_endpoint, json=body,
+                                           headers={"Accept": "application/json"}) as response:
+                        raw = await read_bounded(response)
+                        status = response.status_code
             except httpx.HTTPError as exc:
                 raise UpstreamError(f"{self._name}: client registration at {for_terminal(server.issuer)} failed: "
                                     f"{for_terminal(str(exc) or type(exc).__name__)}") from exc

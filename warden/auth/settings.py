@@ -5,13 +5,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, final, get_args
+from typing import Any, Final, final, get_args
 
 from warden.auth.browser import BrowserMode
 from warden.auth.discovery import DiscoveryError, check_endpoint_url
 from warden.errors import ConfigError
 
-__all__ = ["OAuthSettings", "oauth_settings"]
+__all__ = ["EXCHANGE_TIMEOUT", "OAuthSettings", "oauth_settings"]
+
+EXCHANGE_TIMEOUT: Final = 30.0
+"""Seconds one OAuth discovery, client registration, token request or refresh may take in all. Each is a few small
+requests a working server answers in well under a second; httpx's read timeout bounds each read, not the whole,
+so without this a server that trickles its answer a byte at a time held the request (and the host) for minutes."""
 
 
 @final
@@ -29,6 +34,8 @@ class OAuthSettings:
     browser: BrowserMode = "ask"
     redirect_port: int = 0
     timeout: float = 300.0
+    exchange_timeout: float = EXCHANGE_TIMEOUT
+    """The deadline of each exchange with the servers that needs no user (:data:`EXCHANGE_TIMEOUT`)."""
     client_name: str = "warden"
 
 
