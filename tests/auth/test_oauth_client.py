@@ -33,7 +33,7 @@ from warden.auth import (
     TokenError,
     token_digest,
 )
-from warden.errors import UpstreamTimeout
+from warden.errors import UpstreamError, UpstreamTimeout
 from warden.secrets import SecretStore
 
 
@@ -496,3 +496,46 @@ async def test_a_refresh_that_trickles_times_out_keeps_the_refresh_token_and_ask
     harness.fake.server.handler = harness.fake.handle
     assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-2"
     assert len(shown) == 1
+
+
+# ---------------------------------------------------------------------------------------------------- prompts
+
+
+def insufficient(scope: str) -> str:
+    return f'Bearer error="insufficient_scope", scope="{scope}"'
+
+
+async def test_a_server_naming_a_new_scope_on_every_request_gets_the_user_asked_three_times_an_hour(
+        nursery: trio.Nursery, tmp_path: Any) -> None:
+    """Every 403 ``insufficient_scope`` for a scope the token lacks started a new authorization, a browser prompt to
+    the user, so a hostile server naming a new scope on each request had the user asked on each request. Now the
+    user is asked at most three times an hour per server; a step-up past that fails the request, and nothing else:
+    the token still goes on requests, and an hour after the first prompt the server may ask again."""
+    shown: list[str] = []
+
+    async def user(url: str) -> None:
+        shown.append(url)
+        await follow(url)
+
+    harness = await make_harness(nursery, tmp_path, FakeAuth(), present=user)
+    assert await harness.challenge()
+    for n in (1, 2):
+        sent = await harness.client.authorization(harness.url)
+        assert await harness.challenge(403, insufficient(f"mcp:s{n}"), sent)
+    assert len(shown) == 3
+    for n in (3, 4, 5):
+        with pytest.raises(UpstreamError) as refused:
+            await harness.challenge(403, insufficient(f"mcp:s{n}\x1b[2J"), f"Bearer {ACCESS}-3")
+        assert refused.value.message == (
+            f"test: the server wants another authorization (scope mcp:read offline_access mcp:s1 mcp:s2 "
+            f"mcp:s{n}\\x1b[2J), but the user was asked 3 times in the last 60 minutes; warden refused it, so that a "
+            "server cannot flood the user with authorization prompts")
+        assert refused.value.hint == ("warden asks again in 60 minutes at the earliest; if the server keeps asking "
+                                      "for new scopes, check its configuration with its operator")
+    assert len(shown) == 3
+    assert len(harness.fake.seen("/authorize")) == 3
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-3"
+    harness.clock.now += 3600  # the token expired meanwhile: refreshing needs no one
+    assert await harness.client.authorization(harness.url) == f"Bearer {ACCESS}-4"
+    assert await harness.challenge(403, insufficient("mcp:s6"), f"Bearer {ACCESS}-4")
+    assert len(shown) == 4

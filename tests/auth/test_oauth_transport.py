@@ -6,10 +6,12 @@ GET stream, the calls and the DELETE that ends the session - carries ``Authoriza
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import trio
 
 from tests.auth.fake_auth import ACCESS, FakeAuth, follow
+from tests.http_client.httpserver import Exchange
 from tests.http_client.mocks import LegacyMock, Recorder
 from warden.auth import CredentialStore, OAuthClient, OAuthSettings
 from warden.secrets import SecretStore
@@ -47,3 +49,54 @@ async def test_AU03_the_token_goes_on_every_request_probe_get_and_delete_include
     assert kinds >= {"POST", "GET", "DELETE"}
     assert len(fake.seen("/authorize")) == 1
     assert all(ACCESS not in s.path for s in fake.server.seen)  # never in a URL (AU05)
+
+
+async def test_a_server_demanding_a_new_scope_on_every_call_gets_the_user_asked_three_times(tmp_path: Path) -> None:
+    """A hostile server answers every ``tools/call`` with 403 ``insufficient_scope`` naming a scope never named
+    before. Before, each call started a new authorization (the user prompted again and again, two per call with
+    the retries). Now the user is asked three times in all; later calls fail with the refusal, and calls that need
+    no new scope still go through with the token."""
+    shown: list[str] = []
+    scopes = iter(range(1, 1000))
+
+    async def user(url: str) -> None:
+        shown.append(url)
+        await follow(url)
+
+    async def demand(ex: Exchange, body: dict[str, Any]) -> bool:
+        if body["params"]["name"] != "echo":
+            return False
+        await ex.respond(403, b"", [("WWW-Authenticate", f'Bearer error="insufficient_scope", '
+                                                         f'scope="mcp:s{next(scopes)}"')])
+        return True
+
+    legacy = LegacyMock(on_call=demand)
+    fake = FakeAuth(mcp=legacy)
+    replies = []
+    async with trio.open_nursery() as outer:
+        await outer.start(fake.server.serve)
+        url = fake.origin + "/mcp"
+        client = OAuthClient(url, "mock", OAuthSettings(timeout=20),
+                             CredentialStore(SecretStore(tmp_path, keyring=None)), present=user)
+        connector = HttpConnector(http_config(url), "mock", auth=client)
+        upstream = Upstream(name="mock", connector=connector, handler=Recorder(),
+                            options=UpstreamOptions(probe_timeout=10, request_timeout=20))
+        upstream.set_legacy_capabilities({})
+        async with trio.open_nursery() as inner:
+            await inner.start(upstream.run)
+            with trio.fail_after(60):
+                await upstream.wait_connected()
+                for _ in range(4):
+                    replies.append(await upstream.request("tools/call", {"name": "echo", "arguments": {}}))
+                other = await upstream.request("tools/call", {"name": "other", "arguments": {}})
+            inner.cancel_scope.cancel()
+        outer.cancel_scope.cancel()
+    assert len(shown) == 3
+    assert len(fake.seen("/authorize")) == 3
+    assert replies[0].error == b'{"code":-32603,"message":"HTTP 403 (no content type)","data":{"httpStatus":403}}'
+    for n, reply in enumerate(replies[1:], start=4):  # the first call used s1-s3 (two step-ups, then the 403)
+        assert reply.error == (
+            b'{"code":-32000,"message":"mock: the server wants another authorization (scope mcp:read offline_access '
+            b'mcp:s1 mcp:s2 mcp:s%d), but the user was asked 3 times in the last 60 minutes; warden refused it, so '
+            b'that a server cannot flood the user with authorization prompts"}' % n)
+    assert other.ok, other.error

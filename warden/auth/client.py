@@ -17,8 +17,13 @@ which says whether the request is worth sending again. What happens in between:
 * **scopes**: the challenge's ``scope``, else everything the resource metadata lists, else none; ``offline_access``
   only where the authorization server lists it; on 403 ``insufficient_scope`` one step-up to the union of what was
   asked before and what the challenge names - never again for scopes the token already has;
+* **the user is asked** (an authorization, a step-up, a new authorization after a dead refresh token) once at a
+  time per server, and at most :data:`MAX_PROMPTS` times per :data:`PROMPT_WINDOW`: a server cannot flood the user
+  with prompts by naming a new scope on every request;
 * **refresh** before an expired token is used and after a 401, then a new authorization if refreshing fails (a
-  revoked token); a token the server refuses straight after it was issued is not authorized again (no loop).
+  revoked token); a token the server refuses straight after it was issued is not authorized again (no loop);
+* **deadlines**: each discovery, registration, token request and refresh ends within ``exchange_timeout``
+  (:data:`warden.auth.settings.EXCHANGE_TIMEOUT`), each authorization within ``timeout``.
 
 Tokens live in the secrets store (:mod:`warden.auth.store`), bound to the resource and issuer they were issued for.
 Every authorization and refresh is given to the audit sink with the token's digest and scopes only. Nothing here
@@ -30,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 import re
 import secrets
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -66,6 +72,13 @@ __all__ = ["AuditSink", "GrantEvent", "OAuthClient", "Presenter", "TokenError"]
 log = logging.getLogger(__name__)
 
 MAX_TOKEN_RESPONSE: Final = 64 * 1024
+MAX_PROMPTS: Final = 3
+"""How often warden asks the user to authorize one server within :data:`PROMPT_WINDOW`: a first authorization and
+two step-ups, say. The spec lets a server ask for more scope at any time (step-up) and asks clients for retry
+limits; without one, a hostile server naming a new scope on every request had the user asked on every request."""
+PROMPT_WINDOW: Final = 3600.0
+"""Seconds over which :data:`MAX_PROMPTS` counts: an hour stops a flood of prompts, and a warden that runs for days
+still authorizes again when a refresh token ends."""
 EXPIRY_MARGIN: Final = 30.0
 """Seconds before a token runs out that warden refreshes it, so it does not expire on its way to the server."""
 _AUTH_METHODS: Final = ("none", "client_secret_basic", "client_secret_post")
@@ -185,6 +198,8 @@ class OAuthClient:
         self._fresh: str | None = None
         """The access token of the last full authorization until the server accepted it once."""
         self._failure: WardenError | None = None
+        self._asked: list[float] = []
+        """When the user was last asked to authorize (store clock), at most :data:`MAX_PROMPTS` within the window."""
         self._pending: _Pending | None = None
 
     async def _show(self, url: str) -> None:
@@ -353,8 +368,28 @@ class OAuthClient:
             scopes = (*scopes, "offline_access")
         return tuple(dict.fromkeys(scopes))
 
+    def _may_ask(self, scopes: tuple[str, ...]) -> None:
+        """Count one prompt to the user, or refuse it when there were :data:`MAX_PROMPTS` within the window. Not
+        final: refreshes go on, and so may authorizations once the window has passed.
+
+        Raises:
+            UpstreamError: the user was asked too often.
+        """
+        now = self._store.clock()
+        self._asked = [t for t in self._asked if now - t < PROMPT_WINDOW]
+        if len(self._asked) >= MAX_PROMPTS:
+            wait = self._asked[0] + PROMPT_WINDOW - now
+            raise UpstreamError(
+                f"{self._name}: the server wants another authorization (scope {for_terminal(' '.join(scopes) or '-')})"
+                f", but the user was asked {len(self._asked)} times in the last {PROMPT_WINDOW / 60:g} minutes; warden "
+                "refused it, so that a server cannot flood the user with authorization prompts",
+                hint=f"warden asks again in {math.ceil(wait / 60)} minutes at the earliest; if the server keeps "
+                     "asking for new scopes, check its configuration with its operator")
+        self._asked.append(now)
+
     async def _authorize(self, resource: ProtectedResource, server: AuthorizationServer,
                          scopes: tuple[str, ...]) -> None:
+        self._may_ask(scopes)
         try:
             with trio.fail_after(self._settings.timeout):
                 tokens = await self._authorization_code(resource, server, scopes)
