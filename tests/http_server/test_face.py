@@ -167,7 +167,7 @@ async def test_legacy_questions_go_on_the_request_stream_with_priming(tmp_path: 
             assert seq == "0"
             question = await events.message()
             assert question["method"] == "elicitation/create"
-            assert question["params"]["message"] == "name?"
+            assert question["params"]["message"] == "[recording_server] name?"  # EL06
             answer = {"jsonrpc": "2.0", "id": question["id"],
                       "result": {"action": "accept", "content": {"answer": "Ada"}}}
             assert (await w.post(answer, headers)).status_code == 202
@@ -330,7 +330,7 @@ async def test_SEC07_SEC09_a_2026_host_answers_a_legacy_server_question_by_retry
         assert result["resultType"] == "input_required"
         (key, question), = result["inputRequests"].items()
         assert question["method"] == "elicitation/create"
-        assert question["params"]["message"] == "who?"
+        assert question["params"]["message"] == "[recording_server] who?"  # EL06
         state = result["requestState"]
         retry = {"_meta": meta, "name": "ask", "arguments": {"message": "who?"},
                  "inputResponses": {key: {"action": "accept", "content": {"answer": "Grace"}}}}

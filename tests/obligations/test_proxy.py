@@ -130,7 +130,8 @@ SAMPLE_QUESTION = {"method": "sampling/createMessage", "params": {
 async def test_PX15_questions_are_forwarded_intact(tmp_path: Path, question: dict[str, Any],
                                                    answer: dict[str, Any]) -> None:
     """A form's ``requestedSchema`` (formats, bounds, defaults, enum order, required), a URL, and a sampling
-    request's ``maxTokens`` and hint order reach the host exactly as the server sent them."""
+    request's ``maxTokens`` and hint order reach the host exactly as the server sent them; an elicitation's message
+    only gains the name of the server that asks (EL06)."""
     async with http_gateway_in_process(tmp_path, asking_legacy_server, user_policy=ALL_ON) as (host, _connector):
         session = await host.initialize({"elicitation": {"form": {}, "url": {}}, "sampling": {}})
         asked: list[dict[str, Any]] = []
@@ -140,7 +141,7 @@ async def test_PX15_questions_are_forwarded_intact(tmp_path: Path, question: dic
     assert len(asked) == 1
     forwarded = asked[0]["params"]
     for key, value in question["params"].items():
-        assert forwarded[key] == value, key
+        assert forwarded[key] == (f"[scripted] {value}" if key == "message" else value), key
     if "requestedSchema" in question["params"]:
         assert list(forwarded["requestedSchema"]["properties"]) == ["when", "count", "tags", "ok"]
 

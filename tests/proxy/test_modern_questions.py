@@ -88,14 +88,15 @@ async def test_PX04_PX06_admitted_questions_reach_the_host_as_the_policy_shapes_
     smuggling = {**questions, "extra": {**FORM, "smuggled": "x", "params": {**FORM["params"], "elicitationId": "e"}}}
     async with gateway_in_process(tmp_path, asking(smuggling), user_policy=ALL_ON) as (host, _connector):
         result = result_of(await call(host, 1))
+    shown_form = {**FORM, "params": {**FORM["params"], "message": f"[scripted] {FORM['params']['message']}"}}  # EL06
     assert result == {"resultType": "input_required", "requestState": "server-own-state",
-                      "inputRequests": {**questions, "extra": FORM}}
+                      "inputRequests": {**questions, "form": shown_form, "extra": shown_form}}
     (tmp_path / "no-context").mkdir()
     async with gateway_in_process(tmp_path / "no-context", asking(questions),
                                   user_policy=policy_with("sampling_context = false")) as (host, _connector):
         result = result_of(await call(host, 1))
     assert result["inputRequests"]["sample"]["params"]["includeContext"] == "none"
-    assert result["inputRequests"]["form"] == FORM
+    assert result["inputRequests"]["form"] == shown_form
 
 
 @pytest.fixture

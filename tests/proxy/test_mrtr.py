@@ -40,7 +40,7 @@ async def test_PX07_legacy_server_question_reaches_a_2026_host_as_input_required
         result = await client.call_tool("ask", FORM)
     reply = json.loads(result.content[0].text)  # type: ignore[union-attr]
     assert reply.get("result") == {"action": "accept", "content": {"name": "Ada"}}, reply
-    assert [a.message for a in asked] == ["your name?"]
+    assert [a.message for a in asked] == ["[rawserver] your name?"]  # EL06
 
 
 async def call_modern(host: RawHost, id_: int, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -108,7 +108,7 @@ async def test_PX08_MS39_2026_server_input_requests_are_asked_on_the_wire_to_a_l
     async with Client(params(through_warden(server)), mode="legacy", elicitation_callback=answer) as client:
         assert client.protocol_version == "2025-11-25"
         result = await client.call_tool("mrtr_ask", {})
-    assert [a.message for a in asked] == ["who are you?"]
+    assert [a.message for a in asked] == ["[rawserver] who are you?"]  # EL06
     echoed = json.loads(result.content[0].text)  # type: ignore[union-attr]
     assert echoed == {"inputResponses": {"who": {"action": "accept", "content": {"name": "ada"}}},
                       "requestState": "server-state-\u00e9 1"}

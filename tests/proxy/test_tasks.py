@@ -282,7 +282,7 @@ async def test_EL14_a_waiting_tasks_question_is_decided_once_however_often_it_is
                 shown.append(polled["inputRequests"])
             time.sleep(0.05)
     assert [list(s) for s in shown] == [["confirm"]] * 5
-    assert shown[0]["confirm"]["params"]["message"] == "Delete it?"
+    assert shown[0]["confirm"]["params"]["message"] == "[tasks] Delete it?"  # EL06: which server asks
     undeclared = await host.ask("tasks/get", {"taskId": first["taskId"]})  # PX01: decided for who polls
     assert undeclared["error"]["code"] == -32602
     assert "Delete it?" not in json.dumps(undeclared)

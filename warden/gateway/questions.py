@@ -194,8 +194,10 @@ class ServerQuestions:
         body = dict(params)
         if method == "sampling/createMessage" and "includeContext" in body:
             body["includeContext"] = decision.include_context or "none"  # PX04, PX06
-        if method == "elicitation/create" and self._guard.namespaced and isinstance(body.get("message"), str):
-            body["message"] = f"[{self._name}] {body['message']}"  # behind warden serve: which server asks
+        if method == "elicitation/create" and isinstance(body.get("message"), str):
+            # EL06, and so that no server's question can pass for warden's own (those begin "warden ("): the host
+            # names warden's entry, which under ``serve`` is every server and under ``run`` may be named anything.
+            body["message"] = f"[{self._name}] {body['message']}"
         return index, body
 
     async def passed_input_required(self, reply: Reply, ctx: Context) -> bytes:
