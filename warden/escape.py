@@ -27,7 +27,8 @@ import html
 import unicodedata
 from typing import Final
 
-__all__ = ["BIDI_CONTROLS", "MAX_STACKED_MARKS", "char_class", "char_name", "for_html", "for_terminal", "overstacked"]
+__all__ = ["BIDI_CONTROLS", "MAX_STACKED_MARKS", "char_class", "char_name", "for_html", "for_terminal",
+           "json_for_terminal", "overstacked"]
 
 _C0_NAMES: Final = (
     "NULL", "START OF HEADING", "START OF TEXT", "END OF TEXT", "END OF TRANSMISSION", "ENQUIRY", "ACKNOWLEDGE",
@@ -139,6 +140,24 @@ def for_terminal(text: str, *, keep_newlines: bool = False) -> str:
     piled = overstacked(text)
     return "".join(_escaped(ch) if (char_class(ch) is not None and not (keep_newlines and ch == "\n")) or i in piled
                    else ch for i, ch in enumerate(text))
+
+
+def json_for_terminal(data: bytes) -> bytes:
+    """JSON text as it may be written to a terminal: each character :func:`char_class` flags (controls, bidi,
+    invisible) as a ``\\uXXXX`` escape. JSON's own escaping leaves DEL raw (and C1 controls and bidi overrides
+    without ``ensure_ascii``); only strings can hold such characters (JSON's structure is ASCII), so the result is
+    valid JSON with the same values. The one escaper for every ``--json`` a command prints."""
+    text = data.decode("utf-8", "surrogatepass")
+    if text.isascii() and "\x7f" not in text:
+        return data
+    out = []
+    for ch in text:
+        if char_class(ch) is None:
+            out.append(ch)
+        else:
+            units = ch.encode("utf-16-be", "surrogatepass")
+            out.extend(f"\\u{int.from_bytes(units[i:i + 2]):04x}" for i in range(0, len(units), 2))
+    return "".join(out).encode("utf-8", "surrogatepass")
 
 
 def for_html(text: str) -> str:

@@ -185,6 +185,19 @@ def test_the_table_escapes_what_the_server_wrote(control: Path, state_dir: Path)
     assert "not approved yet" in new
 
 
+def test_json_reports_escape_what_the_server_wrote_and_stay_the_same_json(control: Path, state_dir: Path) -> None:
+    """``--json`` and ``--sarif`` leave nothing a terminal obeys (JSON's own escaping leaves DEL raw; here a resource
+    URI's), and the report still parses to the server's exact text."""
+    uri = "mem://notes\x7f\x7f\x7fFORGED"
+    set_control(control, resources=[{"uri": uri, "name": "notes"}])
+    for form in ("--json", "--sarif"):
+        r = scan(form, "--name", "rug", "--", *rug(control))
+        assert r.returncode == FINDINGS_EXIT, r.stderr
+        assert "\x7f" not in r.stdout
+        assert "mem://notes\\u007f\\u007f\\u007fFORGED" in r.stdout
+        assert uri in json.dumps(json.loads(r.stdout), ensure_ascii=False)
+
+
 def test_a_scanner_code_without_its_own_rule_is_still_an_error_in_sarif(monkeypatch: pytest.MonkeyPatch) -> None:
     """A finding kind added to the scanner later fails closed here (an error under its generic rule) instead of
     breaking the SARIF rule table."""

@@ -56,6 +56,18 @@ def test_doctor_fails_when_bwrap_is_unusable(tmp_path: Path) -> None:
     assert "1 check(s) failed" in done.stderr
 
 
+def test_doctor_json_escapes_what_it_quotes(tmp_path: Path) -> None:
+    """``--json`` writes nothing a terminal obeys, while parsing to the same text: JSON's own escaping leaves DEL
+    (and without ``ensure_ascii``, C1 controls and bidi overrides) raw; doctor quotes paths from the environment."""
+    bwrap = "/nonexistent/\x7f\x7f\x7f\u202ebwrap"
+    done = _doctor(tmp_path / "state", "--json", env={"WARDEN_BWRAP": bwrap})
+    assert done.returncode == SandboxUnavailable.exit_code
+    assert "\x7f" not in done.stdout
+    assert done.stdout.isascii()
+    rows = {row["check"]: row for row in json.loads(done.stdout)}
+    assert rows["bwrap"]["detail"].startswith("WARDEN_BWRAP names /nonexistent/")
+
+
 def test_doctor_fails_on_a_shared_state_dir(tmp_path: Path) -> None:
     state = tmp_path / "state"
     state.mkdir(mode=0o755)

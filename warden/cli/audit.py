@@ -46,7 +46,7 @@ from warden.audit import (
 )
 from warden.cli._common import CommandContext
 from warden.errors import AuditError, ConfigError, VerificationError
-from warden.escape import char_class, for_terminal
+from warden.escape import for_terminal, json_for_terminal
 from warden.secrets import Redactor, load_redactor
 
 __all__ = ["register"]
@@ -300,22 +300,6 @@ def _short(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _json_for_terminal(data: bytes) -> bytes:
-    """JSON text with each flagged character (controls, bidi, invisible) as a ``\\uXXXX`` escape. Only strings can
-    hold such characters (JSON's structure is ASCII), so the result is valid JSON with the same values."""
-    text = data.decode("utf-8", "surrogatepass")
-    if text.isascii() and "\x7f" not in text:
-        return data
-    out = []
-    for ch in text:
-        if char_class(ch) is None:
-            out.append(ch)
-        else:
-            units = ch.encode("utf-16-be", "surrogatepass")
-            out.extend(f"\\u{int.from_bytes(units[i:i + 2]):04x}" for i in range(0, len(units), 2))
-    return "".join(out).encode("utf-8", "surrogatepass")
-
-
 def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Redactor) -> None:
     """The one display point of ``audit show`` and ``audit tail``: every string a record holds came from outside
     (a server's tool name, a host's name, an error text), so each goes through the secrets registry — a record
@@ -326,7 +310,7 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
     (index, time, event, decision, consent) never wrap and every outside value folds inside its cell, so no value's
     length (a target is whatever a host asked for) can make rich squeeze a verdict out of the table."""
     if as_json:
-        sys.stdout.buffer.write(b"".join(_json_for_terminal(redactor.wire(raw.data)) + b"\n" for raw, _ in rows))
+        sys.stdout.buffer.write(b"".join(json_for_terminal(redactor.wire(raw.data)) + b"\n" for raw, _ in rows))
         sys.stdout.flush()
         return
     from rich.console import Console
@@ -439,7 +423,7 @@ def _check_proof(ctx: CommandContext, args: argparse.Namespace) -> int:
             raise VerificationError(f"the proof's record {proof.index} is not a valid audit record: {exc}") from exc
     _out(f"proof OK: record {proof.index} is in log {checkpoint.origin} at size {checkpoint.size}\n")
     if proof.extra is not None:  # the record, shown as `audit show --json` shows it: redacted, controls escaped
-        sys.stdout.buffer.write(_json_for_terminal(load_redactor(ctx.state_dir).wire(proof.extra)) + b"\n")
+        sys.stdout.buffer.write(json_for_terminal(load_redactor(ctx.state_dir).wire(proof.extra)) + b"\n")
         sys.stdout.flush()
     return 0
 

@@ -48,7 +48,6 @@ from warden.audit import (
 )
 from warden.cli._common import CommandContext, print_error
 from warden.cli.audit import (
-    _json_for_terminal,
     _key_text,
     _log_key,
     _out,
@@ -58,6 +57,7 @@ from warden.cli.audit import (
     _witness_keys,
 )
 from warden.errors import AuditError, ConfigError, VerificationError
+from warden.escape import json_for_terminal
 from warden.secrets import Redactor, load_redactor
 
 __all__ = ["register"]
@@ -141,7 +141,7 @@ class _Lines:
     def __init__(self, fmt: str, origin: str, since: str | None, redactor: Redactor, sink: BinaryIO) -> None:
         self.fmt, self.origin, self.since, self.redactor, self.sink = fmt, origin, since, redactor, sink
         # To a terminal, as `audit show --json` writes: the same JSON values, nothing a terminal would obey.
-        self.shown = _json_for_terminal if sink.isatty() else bytes
+        self.shown = json_for_terminal if sink.isatty() else bytes
 
     def write(self, raws: Sequence[RawRecord]) -> None:
         chunk = bytearray()

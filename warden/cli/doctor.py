@@ -10,6 +10,7 @@ import sys
 from warden import logs
 from warden.cli._common import CommandContext, run_trio
 from warden.errors import ConfigError, SandboxUnavailable
+from warden.escape import json_for_terminal
 from warden.policy import load_effective_policy
 from warden.sandbox.doctor import Check, run_checks
 
@@ -61,8 +62,8 @@ def doctor_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     state_dir = ctx.private_state_dir()
     rows = run_trio(run_checks, state_dir, ctx.env) + egress_rows(ctx)
     if args.json:
-        print(json.dumps([{"check": r.name, "status": r.status, "detail": r.detail, "blocking": r.blocking}
-                          for r in rows], indent=2))
+        print(json_for_terminal(json.dumps([{"check": r.name, "status": r.status, "detail": r.detail,
+                                             "blocking": r.blocking} for r in rows], indent=2).encode()).decode())
     else:
         print(render(rows))
     failed = [row for row in rows if row.status == "fail"]

@@ -32,7 +32,7 @@ from warden import __version__, logs
 from warden.cli._common import CommandContext, run_trio
 from warden.cli.run import ServerPlan, derive_name, plan_server
 from warden.errors import ConfigError, RemoteProtocolError, WardenError
-from warden.escape import for_terminal
+from warden.escape import for_terminal, json_for_terminal
 from warden.hostconfig import build_plan, parse_host_file
 from warden.policy import PinState, PinStore, Source, classify, load_effective_policy
 from warden.policy.pins import EntryKind, Finding, digest, refused_names, scan_definition
@@ -182,7 +182,7 @@ def scan_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     scans = run_trio(_scan_all, ctx, targets, args.timeout, store, redactor)
     if args.sarif or args.json:
         report = sarif(scans) if args.sarif else report_json(scans)
-        print(json.dumps(redactor.json_value(report), indent=1, ensure_ascii=True))
+        print(json_for_terminal(json.dumps(redactor.json_value(report), indent=1, ensure_ascii=True).encode()).decode())
     else:
         for line in table(scans):
             print(logs.shown(line))

@@ -19,7 +19,7 @@ from warden import logs
 from warden.cli._common import CommandContext, print_error
 from warden.cli.serve import STATUS_DIR, configured_servers
 from warden.errors import ConfigError
-from warden.escape import for_terminal
+from warden.escape import for_terminal, json_for_terminal
 from warden.paths import private_problem
 
 _MAX_STATUS_FILE = 1 << 20
@@ -81,8 +81,8 @@ def status_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     if broken is not None:
         print_error(f"{broken.message} (configured servers not shown)")
     if args.json:
-        print(logs.shown(json.dumps({"serving": serving, "not_served": idle}, indent=2, sort_keys=True),
-                         keep_newlines=True))
+        shown = json.dumps({"serving": serving, "not_served": idle}, indent=2, sort_keys=True)
+        print(logs.shown(json_for_terminal(shown.encode()).decode(), keep_newlines=True))
         return code
     if not serving and not configured:
         if broken is None:
