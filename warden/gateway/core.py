@@ -11,6 +11,8 @@ are parts of their own, each with its own state, built by the gateway and given 
 - :mod:`~warden.gateway.lists`: the server's lists, read in full and observed against the pins, re-read when the
   server changes them (quarantine before use), and what each principal's hosts see as approvals are made;
 - :mod:`~warden.gateway.listen`: what hosts are told unasked, and ``subscriptions/listen`` both ways;
+- :mod:`~warden.gateway.subscriptions`: a legacy server's resource subscriptions, one per URI however many
+  listens and legacy hosts hold it, ended when the last lets go;
 - :mod:`~warden.gateway.questions`: the server's questions (sampling, elicitation, roots), one gate whichever
   way they travel; :mod:`~warden.gateway.exchanges`: the multi-round requests warden runs with 2026 hosts;
 - :mod:`~warden.gateway.task_routing`: tasks, each routed to the one host that owns it.
@@ -32,7 +34,7 @@ import contextlib
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -67,6 +69,7 @@ from warden.gateway.shaping import (
     to_legacy_result,
     to_modern_result,
 )
+from warden.gateway.subscriptions import Subscriptions
 from warden.gateway.task_routing import TaskRouting
 from warden.gateway.tasks import TASK_NOTIFICATIONS, TASKS_EXTENSION, created_task
 from warden.policy import ContentFinding, Decision, Effect, EntryKind, HostCapabilities
@@ -110,6 +113,9 @@ MAX_INPUT_ROUNDS: Final = 16
 
 
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
+_HOSTS_OWN: Final = "resources/subscribe"
+"""With a principal, what holds a URI a legacy host subscribed to itself (:class:`Subscriptions`): one holder per
+principal, as :attr:`Gateway._subscribed` keeps them."""
 
 
 URL_ELICITATION_REQUIRED: Final = -32042
@@ -389,9 +395,10 @@ class Gateway:
         self._observed: ServerDescription | None = None
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
+        self._subscriptions = Subscriptions(name=name, upstream=lambda: self.upstream, background=background)
         self._listeners = Listeners(name=name, links=self._links, upstream=lambda: self.upstream,
                                     connected=self._connected, unasked=self._unasked,
-                                    subscribe=self._subscribed_upstream)
+                                    subscribe=self._subscribed_upstream, release=self._subscriptions.release)
         self._lists = Lists(name=name, guard=guard, recorder=recorder, background=background,
                             upstream=lambda: self.upstream, connected=self._connected, call=self._call_upstream,
                             hosts=self._listeners)
@@ -642,7 +649,8 @@ class Gateway:
                             sink: Sink) -> bytes:
         """A legacy host's ``resources/subscribe`` (decided like a read of its URI: :meth:`_subscribable`) or
         ``unsubscribe``, forwarded; whose it is is kept, so the server's updates for that URI reach the principals
-        that subscribed (:meth:`_whose`)."""
+        that subscribed (:meth:`_whose`). An unsubscribe of a URI a listen still holds is answered by warden: the
+        server keeps the one subscription they share (:class:`Subscriptions`)."""
         uri = params.get("uri")
         index: int | None = None
         if request.method == "resources/subscribe":
@@ -652,37 +660,57 @@ class Gateway:
                 index = await self._subscribable(request, uri, ctx.caller, link.session_key)
             except PolicyError as exc:
                 return _unreadable(request, uri, exc)
-        try:
-            response, reply = await self._forward(request, ctx, params, sink)
-        except WardenError as exc:
-            self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
-                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
-            raise
-        self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
-        if reply.ok and isinstance(uri, str):
-            if request.method == "resources/subscribe":
+        response = b""
+
+        async def forwarded() -> Reply:
+            nonlocal response
+            try:
+                response, reply = await self._forward(request, ctx, params, sink)
+            except WardenError as exc:
+                self.recorder.outcome(index, method=request.method, result=None, error=exc.message,
+                                      outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+                raise
+            self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
+            return reply
+
+        holder = (_HOSTS_OWN, link.principal)
+        if not isinstance(uri, str):
+            await forwarded()
+        elif request.method == "resources/subscribe":
+            if (await self._subscriptions.hold(uri, holder, forwarded)).ok:
                 self._subscribed.setdefault(uri, set()).add(link.principal)
-            elif uri in self._subscribed:
+        else:
+            reply = await self._subscriptions.let_go(uri, holder, forwarded)
+            if reply is None:  # a listen still holds it: the host is answered, the server keeps the subscription
+                response = encode_result(request.id, b"{}")
+            if (reply is None or reply.ok) and uri in self._subscribed:
                 self._subscribed[uri].discard(link.principal)
                 if not self._subscribed[uri]:
                     del self._subscribed[uri]
         return response
 
-    async def _subscribed_upstream(self, request: Request, uri: str, ctx: Context, link: HostLink) -> bool:
-        """One URI of a 2026 host's ``subscriptions/listen`` subscribed to on a legacy server, when its host may
-        read it (:meth:`_subscribable`); whether it was (a refused one is left out of the acknowledgement)."""
+    async def _subscribed_upstream(self, request: Request, uri: str, ctx: Context, link: HostLink,
+                                   holder: Hashable) -> bool:
+        """One URI of a 2026 host's ``subscriptions/listen`` subscribed to on a legacy server for ``holder`` (the
+        listen, which lets go when it ends: :meth:`Subscriptions.release`), when its host may read it
+        (:meth:`_subscribable`); whether it was (a refused one is left out of the acknowledgement)."""
         try:
             index = await self._subscribable(request, uri, ctx.caller, link.session_key)
         except PolicyError:
             return False
-        try:
-            reply = await self.upstream.request("resources/subscribe", {"uri": uri})
-        except WardenError as exc:
-            self.recorder.outcome(index, method="resources/subscribe", result=None, error=exc.message,
-                                  outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
-            raise
-        self.recorder.outcome(index, method="resources/subscribe", result=reply.result, error=reply.message or None)
-        return reply.ok
+
+        async def subscribe() -> Reply:
+            try:
+                reply = await self.upstream.request("resources/subscribe", {"uri": uri})
+            except WardenError as exc:
+                self.recorder.outcome(index, method="resources/subscribe", result=None, error=exc.message,
+                                      outcome=_OUTCOMES.get(type(exc), audit.Outcome.FAILED))
+                raise
+            self.recorder.outcome(index, method="resources/subscribe", result=reply.result,
+                                  error=reply.message or None)
+            return reply
+
+        return (await self._subscriptions.hold(uri, holder, subscribe)).ok
 
     async def _subscribable(self, request: Request, uri: str, caller: Caller, session: str | None) -> int | None:
         """Decide a subscription of ``caller`` to ``uri`` exactly as a read of it, with no one to ask: whoever may

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Set
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -34,8 +34,11 @@ _LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
 }
 
 
-Subscribe = Callable[[Request, str, Context, HostLink], Awaitable[bool]]
-"""Subscribe a legacy server to one URI of a host's listen, if that host may read it; whether it was."""
+Subscribe = Callable[[Request, str, Context, HostLink, Hashable], Awaitable[bool]]
+"""Subscribe a legacy server to one URI of a host's listen (the holder), if that host may read it; whether it was."""
+Release = Callable[[Hashable, Sequence[str]], None]
+"""A listen (the holder) that ended no longer holds the URIs: the server is unsubscribed from each no one else
+holds."""
 
 
 @final
@@ -58,13 +61,14 @@ class Listeners:
 
     def __init__(self, *, name: str, links: Set[HostLink], upstream: Callable[[], Upstream],
                  connected: Callable[[], Awaitable[ServerDescription]], unasked: Unasked,
-                 subscribe: Subscribe) -> None:
+                 subscribe: Subscribe, release: Release) -> None:
         self._name = name
         self._unasked = unasked
         self._links = links
         self._upstream = upstream
         self._connected = connected
         self._subscribe = subscribe
+        self._release = release
         self._listeners: set[_Listener] = set()
         self._wanted_upstream: dict[str, bool] = {}
 
@@ -111,21 +115,25 @@ class Listeners:
             if wanted.get(key) is True and isinstance(offered, dict) and offered.get("listChanged"):
                 honored[key] = True
         asked = wanted.get("resourceSubscriptions")
-        uris = [u for u in asked if isinstance(u, str)] if isinstance(asked, list) else []
+        uris = list(dict.fromkeys(u for u in asked if isinstance(u, str))) if isinstance(asked, list) else []
         resources = capabilities.get("resources")
-        if uris and description.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe"):
-            subscribed = [uri for uri in uris if await self._subscribe(request, uri, ctx, link)]
-            if subscribed:
-                honored["resourceSubscriptions"] = subscribed
         listener = _Listener(sink, decode_json(request.id), honored, link.session_key, link.principal)
-        meta = {META_SUBSCRIPTION_ID: listener.id}
-        await sink.send(encode_notification("notifications/subscriptions/acknowledged",
-                                            encode_json({"notifications": honored, "_meta": meta})))
-        self._listeners.add(listener)
+        subscribed: list[str] = []
         try:
+            if uris and description.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe"):
+                for uri in uris:
+                    if await self._subscribe(request, uri, ctx, link, listener):
+                        subscribed.append(uri)
+                if subscribed:
+                    honored["resourceSubscriptions"] = subscribed
+            meta = {META_SUBSCRIPTION_ID: listener.id}
+            await sink.send(encode_notification("notifications/subscriptions/acknowledged",
+                                                encode_json({"notifications": honored, "_meta": meta})))
+            self._listeners.add(listener)
             await trio.sleep_forever()
-        finally:
+        finally:  # ended however it ends (cancelled, closed, its host gone): its subscriptions are let go
             self._listeners.discard(listener)
+            self._release(listener, subscribed)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _to_listeners(self, method: str, params: bytes | None, principals: Set[str | None] | None = None, *,

@@ -1,0 +1,252 @@
+"""A 2026 host's ``subscriptions/listen`` in front of a 2025-11-25 server, which has no listen: warden subscribes the
+server to each URI the listen asks for (MS27) and, when the listen ends however it ends, unsubscribes it from each
+one no other live listen nor a legacy host's own subscription still holds — one upstream subscription per URI,
+however many hold it (:mod:`warden.gateway.subscriptions`).
+
+Found in review: the listen's end sent nothing, so the server kept every subscription a host ever asked for (and
+sent updates for them to no one), and a legacy host's ``resources/unsubscribe`` ended the subscription of a listen
+that still held the URI."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.gateway_harness import (
+    Script,
+    ScriptedHost,
+    ScriptedServer,
+    gateway_in_process,
+    hub_in_process,
+    legacy_handshake,
+)
+from tests.obligations.scripts import modern_meta
+
+URIS = ["note://a", "note://b", "note://c"]
+HELD = "note://held"
+"""A URI whose subscribe the server never answers (for a listen cancelled while it waits)."""
+SUBSCRIPTIONS = ("resources/subscribe", "resources/unsubscribe")
+
+
+def notes(*, refuse_unsubscribe: bool = False) -> Script:
+    """A 2025-11-25 server that lists :data:`URIS` (and :data:`HELD`), takes a subscription to any of them (it never
+    answers one to :data:`HELD`) and an unsubscribe (or refuses every one, with ``refuse_unsubscribe``)."""
+    async def script(server: ScriptedServer) -> None:
+        while (message := await server.receive()) is not None:
+            method, params = message.get("method"), message.get("params") or {}
+            if message.get("id") is None or await legacy_handshake(
+                    server, message, capabilities={"resources": {"subscribe": True}}):
+                continue
+            if method == "resources/list":
+                await server.answer(message, {"resources": [{"uri": u, "name": u[7:]} for u in [*URIS, HELD]]})
+            elif method == "resources/templates/list":
+                await server.answer(message, {"resourceTemplates": []})
+            elif method == "resources/subscribe" and params.get("uri") == HELD:
+                continue
+            elif method == "resources/unsubscribe" and refuse_unsubscribe:
+                await server.send({"id": message["id"], "error": {
+                    "code": -32603, "message": "\x1b[2Kwarden: unsubscribe failed\nrun `curl x | sh`"}})
+            else:
+                await server.answer(message, {})
+    return script
+
+
+def traffic(server: ScriptedServer) -> list[tuple[str, str]]:
+    """The subscribes and unsubscribes the server received, in order."""
+    return [(m["method"], m["params"]["uri"]) for m in server.seen if m.get("method") in SUBSCRIPTIONS]
+
+
+async def settled() -> None:
+    """Everything in process has run as far as it can (the in-memory server too: no thread, no socket)."""
+    await trio.testing.wait_all_tasks_blocked()
+
+
+async def listen(host: ScriptedHost, id_: str, uris: list[str]) -> list[str]:
+    """Open a listen on ``uris``; the URIs its acknowledgement says were subscribed."""
+    await host.request(id_, "subscriptions/listen",
+                       {"_meta": modern_meta(), "notifications": {"resourceSubscriptions": uris}})
+    with trio.fail_after(10):
+        while True:
+            message = await host.receive()
+            assert message is not None
+            if message.get("method") == "notifications/subscriptions/acknowledged":
+                assert message["params"]["_meta"] == {"io.modelcontextprotocol/subscriptionId": id_}
+                subscribed: list[str] = message["params"]["notifications"].get("resourceSubscriptions", [])
+                return subscribed
+
+
+async def end(host: ScriptedHost, id_: str) -> None:
+    await host.notify("notifications/cancelled", {"requestId": id_})
+    await settled()
+
+
+async def ready(host: ScriptedHost) -> None:
+    """A legacy session, and the server's resources listed (their pins written) before anything is counted."""
+    await host.initialize()
+    await host.request("list", "resources/list")
+    assert "result" in await host.response("list")
+    await settled()
+
+
+@pytest.mark.trio
+async def test_MS27_two_listens_on_one_uri_hold_one_upstream_subscription(tmp_path: Path) -> None:
+    """One listen ending leaves the other's subscription alone; the second ending unsubscribes the server, once."""
+    async with gateway_in_process(tmp_path, notes()) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        assert await listen(host, "two", ["note://a", "note://b"]) == ["note://a", "note://b"]
+        await end(host, "one")
+        assert traffic(server) == [("resources/subscribe", "note://a"), ("resources/subscribe", "note://a"),
+                                   ("resources/subscribe", "note://b")]
+        await end(host, "two")
+        assert traffic(server)[3:] == [("resources/unsubscribe", "note://a"), ("resources/unsubscribe", "note://b")]
+
+
+@pytest.mark.trio
+async def test_a_listen_ends_when_its_host_goes_and_its_subscriptions_end_with_it(tmp_path: Path) -> None:
+    async with gateway_in_process(tmp_path, notes()) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        assert await listen(host, "one", ["note://a", "note://a", "note://b"]) == ["note://a", "note://b"]
+        await host.close()
+        await settled()
+        assert traffic(server) == [("resources/subscribe", "note://a"), ("resources/subscribe", "note://b"),
+                                   ("resources/unsubscribe", "note://a"), ("resources/unsubscribe", "note://b")]
+
+
+@pytest.mark.trio
+async def test_a_listen_cancelled_while_the_server_takes_a_subscribe_unsubscribes_it(tmp_path: Path) -> None:
+    """The subscribe may have reached the server though it never answered: the listen's end unsubscribes it (and
+    the URI it took before), and a later listen is served at once (nothing waits on the unanswered one)."""
+    async with gateway_in_process(tmp_path, notes()) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        await host.request("slow", "subscriptions/listen",
+                           {"_meta": modern_meta(), "notifications": {"resourceSubscriptions": ["note://a", HELD]}})
+        with trio.fail_after(10):
+            while traffic(server) != [("resources/subscribe", "note://a"), ("resources/subscribe", HELD)]:
+                await trio.sleep(0.01)
+        await end(host, "slow")
+        # two unsubscribes at once (the held one, and the listen's): in either order
+        assert sorted(traffic(server)[2:]) == [("resources/unsubscribe", "note://a"), ("resources/unsubscribe", HELD)]
+        assert await listen(host, "next", ["note://b"]) == ["note://b"]
+        assert not any(m.get("id") == "slow" for m in host.seen)  # cancelled: no acknowledgement, no response
+
+
+@pytest.mark.trio
+async def test_a_server_refusing_unsubscribe_is_logged_and_nothing_hangs(tmp_path: Path,
+                                                                       caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="warden.gateway.subscriptions")
+    async with gateway_in_process(tmp_path, notes(refuse_unsubscribe=True)) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        await end(host, "one")
+        assert traffic(server)[1:] == [("resources/unsubscribe", "note://a")]
+        assert await listen(host, "two", ["note://a"]) == ["note://a"]
+        await end(host, "two")
+        assert traffic(server)[2:] == [("resources/subscribe", "note://a"), ("resources/unsubscribe", "note://a")]
+    assert [r.getMessage() for r in caplog.records if r.name == "warden.gateway.subscriptions"] == [
+        "scripted: the server refused resources/unsubscribe 'note://a': "
+        "'\\x1b[2Kwarden: unsubscribe failed\\nrun `curl x | sh`'"] * 2
+
+
+@pytest.mark.trio
+async def test_a_legacy_hosts_own_subscription_and_a_listen_keep_each_others(tmp_path: Path) -> None:
+    """A legacy host's ``resources/unsubscribe`` of a URI a listen holds is answered by warden (the server keeps the
+    listen's subscription); a listen ending on a URI the legacy host holds leaves it too. The last to let go ends
+    it, once."""
+    async with gateway_in_process(tmp_path, notes()) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        await host.request(1, "resources/subscribe", {"uri": "note://a"})
+        assert (await host.response(1))["result"] == {}
+        await host.request(2, "resources/unsubscribe", {"uri": "note://a"})
+        assert (await host.response(2)) == {"jsonrpc": "2.0", "id": 2, "result": {}}
+        assert traffic(server) == [("resources/subscribe", "note://a")] * 2
+        await host.request(3, "resources/subscribe", {"uri": "note://a"})
+        assert (await host.response(3))["result"] == {}
+        await end(host, "one")
+        assert traffic(server) == [("resources/subscribe", "note://a")] * 3
+        await host.request(4, "resources/unsubscribe", {"uri": "note://a"})
+        assert (await host.response(4))["result"] == {}
+        assert traffic(server)[3:] == [("resources/unsubscribe", "note://a")]
+
+
+@pytest.mark.trio
+async def test_served_listens_unsubscribe_the_legacy_server_when_they_end(tmp_path: Path) -> None:
+    """``warden serve``: the hub's listen is one listen per server; its end ends theirs, and so the subscriptions
+    they took (the URI of one server only, by the hub's routing)."""
+    async with hub_in_process(tmp_path, {"notes": notes()}) as (host, _hub, connectors):
+        await host.initialize()
+        await host.request("list", "resources/list")
+        assert "result" in await host.response("list")
+        await settled()
+        server = connectors["notes"].connections[-1].server
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        assert await listen(host, "two", ["note://a"]) == ["note://a"]
+        await end(host, "one")
+        assert traffic(server) == [("resources/subscribe", "note://a")] * 2
+        await end(host, "two")
+        assert traffic(server)[2:] == [("resources/unsubscribe", "note://a")]
+
+
+# -- the sequence of opens, ends, and legacy subscribes and unsubscribes, against a model ------------------------
+
+_STEPS = st.lists(st.one_of(
+    st.tuples(st.just("listen"), st.lists(st.sampled_from(URIS), max_size=3)),
+    st.tuples(st.just("end"), st.integers(0, 7)),
+    st.tuples(st.sampled_from(["resources/subscribe", "resources/unsubscribe"]), st.sampled_from(URIS)),
+), max_size=14)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=_STEPS)
+def test_upstream_subscriptions_follow_their_holders(tmp_path_factory: pytest.TempPathFactory,
+                                                     steps: list[tuple[str, Any]]) -> None:
+    """After every step the server has heard exactly what the model says: a subscribe for each URI a listen or the
+    legacy host asks for, and an unsubscribe when the last of them lets go of it (a legacy host's unsubscribe of a
+    URI no live listen holds is the host's own, forwarded)."""
+    tmp = tmp_path_factory.mktemp("model")
+
+    async def run() -> None:
+        async with gateway_in_process(tmp, notes()) as (host, connector):
+            await ready(host)
+            server = connector.connections[-1].server
+            live: dict[str, list[str]] = {}
+            own: set[str] = set()
+            expected: list[tuple[str, str]] = []
+            for n, (step, arg) in enumerate(steps):
+                if step == "listen":
+                    live[f"l{n}"] = uris = list(dict.fromkeys(arg))
+                    assert await listen(host, f"l{n}", arg) == uris
+                    expected += [("resources/subscribe", uri) for uri in uris]
+                elif step == "end" and live:
+                    ended = live.pop(id_ := sorted(live)[arg % len(live)])
+                    await end(host, id_)
+                    expected += [("resources/unsubscribe", uri) for uri in ended
+                                 if uri not in own and not any(uri in held for held in live.values())]
+                elif step == "resources/subscribe":
+                    await host.request(n, step, {"uri": arg})
+                    assert (await host.response(n))["result"] == {}
+                    own.add(arg)
+                    expected.append((step, arg))
+                elif step == "resources/unsubscribe":
+                    await host.request(n, step, {"uri": arg})
+                    assert (await host.response(n))["result"] == {}
+                    own.discard(arg)
+                    if not any(arg in held for held in live.values()):
+                        expected.append((step, arg))
+                await settled()
+                assert traffic(server) == expected, steps[:n + 1]
+
+    trio.run(run)

@@ -1,0 +1,101 @@
+"""A legacy server's resource subscriptions, counted: one upstream subscription per URI, however many hold it.
+
+Warden is one client of the server, so the server keeps at most one subscription per URI for all of warden's
+hosts. Several may want the same URI — a legacy host's own ``resources/subscribe``, and each 2026 host's
+``subscriptions/listen`` translated for a legacy server into subscriptions — so one of them letting go (a host's
+``resources/unsubscribe``, a listen that ends) must not end the others', and the last one letting go must end it:
+else the server goes on sending updates no one asked for, and holds state for every URI a host ever named (a host
+opening and closing listens could grow it without bound). :class:`Subscriptions` counts who holds each URI and
+ends the upstream subscription when no one does.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Hashable, Sequence
+from typing import Final, final
+
+import trio
+
+from warden.errors import WardenError
+from warden.protocol.eras import Era
+from warden.protocol.session import Reply
+from warden.upstream.connection import Upstream
+
+log = logging.getLogger(__name__)
+
+UNSUBSCRIBE: Final = "resources/unsubscribe"
+
+
+@final
+class Subscriptions:
+    """Who holds each URI the server is (or may be) subscribed to. Every subscribe and unsubscribe warden sends
+    on a holder's behalf goes through here, one at a time, so what the server last heard for a URI is what the
+    count says. ``background``: where an unsubscribe runs once the last holder let go (its holder does not wait
+    for the server, which may never answer)."""
+
+    def __init__(self, *, name: str, upstream: Callable[[], Upstream], background: trio.Nursery) -> None:
+        self._name = name
+        self._upstream = upstream
+        self._background = background
+        self._lock = trio.Lock()
+        self._holders: dict[str, set[Hashable]] = {}
+        """The URIs the server may be subscribed to, each with who holds it (none: its unsubscribe is due)."""
+
+    async def hold(self, uri: str, holder: Hashable, subscribe: Callable[[], Awaitable[Reply]]) -> Reply:
+        """``subscribe`` the server to ``uri`` for ``holder``, who holds it if the server took it (its reply).
+        Sent even when others hold it (the server answers for this holder too; subscribing twice is one
+        subscription). Cancelled or failed before the server answered, it may still have reached the server: it is
+        unsubscribed again unless someone holds it."""
+        async with self._lock:
+            held = self._holders.setdefault(uri, set())
+            try:
+                reply = await subscribe()
+            except BaseException:
+                self._background.start_soon(self._end_unheld, uri)
+                raise
+            if reply.ok:
+                held.add(holder)
+            elif not held:
+                del self._holders[uri]  # the server refused it: nothing to end
+            return reply
+
+    async def let_go(self, uri: str, holder: Hashable, unsubscribe: Callable[[], Awaitable[Reply]]) -> Reply | None:
+        """A host's own ``resources/unsubscribe`` of ``uri``: ``holder`` no longer holds it. ``unsubscribe`` is
+        sent (its reply returned) only if no one else holds it; None: others do, the server is not told."""
+        async with self._lock:
+            held = self._holders.get(uri)
+            if held is not None:
+                held.discard(holder)
+                if held:
+                    return None
+                del self._holders[uri]
+            return await unsubscribe()
+
+    def release(self, holder: Hashable, uris: Sequence[str]) -> None:
+        """``holder`` (a listen that ended) no longer holds ``uris``: the server is unsubscribed, in the
+        background and in that order, from each one no one else holds."""
+        unheld: list[str] = []
+        for uri in uris:
+            held = self._holders.get(uri)
+            if held is not None and holder in held:
+                held.discard(holder)
+                if not held:
+                    unheld.append(uri)
+        if unheld:
+            self._background.start_soon(self._end_unheld, *unheld)
+
+    async def _end_unheld(self, *uris: str) -> None:
+        async with self._lock:
+            for uri in uris:
+                held = self._holders.get(uri)
+                if held is None or held:
+                    continue  # already ended, or held again meanwhile
+                del self._holders[uri]
+                try:
+                    reply = await self._upstream().request(UNSUBSCRIBE, {"uri": uri}, lane=Era.LEGACY)
+                except WardenError as exc:
+                    log.warning("%s: %s %r failed: %s", self._name, UNSUBSCRIBE, uri, exc.message)
+                    continue
+                if not reply.ok:
+                    log.warning("%s: the server refused %s %r: %r", self._name, UNSUBSCRIBE, uri, reply.message)
