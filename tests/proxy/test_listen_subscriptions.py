@@ -9,6 +9,7 @@ that still held the URI."""
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,8 @@ from tests.gateway_harness import (
     hub_in_process,
     legacy_handshake,
 )
+from tests.http_server.test_face import EventReader, recording
+from tests.http_server.warden_http import MODERN, warden_http
 from tests.obligations.scripts import modern_meta
 
 URIS = ["note://a", "note://b", "note://c"]
@@ -250,3 +253,27 @@ def test_upstream_subscriptions_follow_their_holders(tmp_path_factory: pytest.Te
                 assert traffic(server) == expected, steps[:n + 1]
 
     trio.run(run)
+
+
+async def test_a_listen_whose_http_stream_closes_unsubscribes_the_real_server(tmp_path: Path) -> None:
+    """Over real HTTP to a real ``warden run --http`` and a real sandboxed legacy server (which writes down what it
+    receives): a 2026 host's listen on a resource, then the host closes the listen's stream; the server is
+    unsubscribed from it, once."""
+    log = tmp_path / "upstream.log"
+    async with warden_http([*recording(log), "--subscribe", "--resource", "note://a"], cwd=tmp_path) as w:
+        meta = {"io.modelcontextprotocol/protocolVersion": MODERN, "io.modelcontextprotocol/clientCapabilities": {}}
+        body = {"jsonrpc": "2.0", "id": "listen-1", "method": "subscriptions/listen",
+                "params": {"_meta": meta, "notifications": {"resourceSubscriptions": ["note://a"]}}}
+        headers = w.headers(mcp_protocol_version=MODERN, mcp_method="subscriptions/listen")
+        async with w.client.stream("POST", w.url, headers=headers, content=json.dumps(body)) as response:
+            ack = await EventReader(response).message()
+            assert ack["params"]["notifications"] == {"resourceSubscriptions": ["note://a"]}
+
+        def received() -> list[tuple[str, str]]:
+            sent = [json.loads(line) for line in log.read_text().splitlines()]
+            return [(m["method"], m["params"]["uri"]) for m in sent if m.get("method") in SUBSCRIPTIONS]
+
+        with trio.fail_after(20):
+            while len(received()) < 2:
+                await trio.sleep(0.05)
+    assert received() == [("resources/subscribe", "note://a"), ("resources/unsubscribe", "note://a")]
