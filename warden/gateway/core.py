@@ -113,9 +113,6 @@ MAX_INPUT_ROUNDS: Final = 16
 
 
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
-_HOSTS_OWN: Final = "resources/subscribe"
-"""With a principal, what holds a URI a legacy host subscribed to itself (:class:`Subscriptions`): one holder per
-principal, as :attr:`Gateway._subscribed` keeps them."""
 
 
 URL_ELICITATION_REQUIRED: Final = -32042
@@ -195,6 +192,15 @@ def _rpc_error(id_raw: bytes, exc: WardenError) -> bytes:
         return encode_error(id_raw, INVALID_PARAMS, message, {"hint": exc.hint} if exc.hint else None)
     code = CONNECTION_CLOSED if isinstance(exc, UpstreamError) else INTERNAL_ERROR
     return encode_error(id_raw, code, exc.message, {"hint": exc.hint} if exc.hint else None)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _HostsOwn:
+    """What holds a URI a legacy host subscribed to itself (:class:`Subscriptions`): its link, whose principal the
+    server's updates for that URI may reach (:meth:`Gateway._whose`), and whose end lets go of it."""
+
+    link: HostLink
 
 
 @final
@@ -390,8 +396,6 @@ class Gateway:
         self._upstream: Upstream | None = None
         self._links: set[HostLink] = set()
         self._in_flight: set[_InFlight] = set()
-        self._subscribed: dict[str, set[str | None]] = {}
-        """Who subscribed to each resource URI (legacy hosts' ``resources/subscribe``), by principal."""
         self._observed: ServerDescription | None = None
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
@@ -467,7 +471,9 @@ class Gateway:
         self.upstream.expect_legacy_host()
 
     def detach(self, link: HostLink) -> None:
+        """``link``'s host is gone: the subscriptions it made itself are let go (:meth:`Subscriptions.release`)."""
         self._links.discard(link)
+        self._subscriptions.release(_HostsOwn(link))
 
     # -- requests from hosts ------------------------------------------------------------------------------------
 
@@ -649,8 +655,9 @@ class Gateway:
                             sink: Sink) -> bytes:
         """A legacy host's ``resources/subscribe`` (decided like a read of its URI: :meth:`_subscribable`) or
         ``unsubscribe``, forwarded; whose it is is kept, so the server's updates for that URI reach the principals
-        that subscribed (:meth:`_whose`). An unsubscribe of a URI a listen still holds is answered by warden: the
-        server keeps the one subscription they share (:class:`Subscriptions`)."""
+        that subscribed (:meth:`_whose`) until it unsubscribes or goes (:meth:`detach`). An unsubscribe of a URI a
+        listen or another host still holds is answered by warden: the server keeps the one subscription they share
+        (:class:`Subscriptions`)."""
         uri = params.get("uri")
         index: int | None = None
         if request.method == "resources/subscribe":
@@ -673,20 +680,12 @@ class Gateway:
             self.recorder.outcome(index, method=request.method, result=reply.result, error=reply.message or None)
             return reply
 
-        holder = (_HOSTS_OWN, link.principal)
         if not isinstance(uri, str):
             await forwarded()
         elif request.method == "resources/subscribe":
-            if (await self._subscriptions.hold(uri, holder, forwarded)).ok:
-                self._subscribed.setdefault(uri, set()).add(link.principal)
-        else:
-            reply = await self._subscriptions.let_go(uri, holder, forwarded)
-            if reply is None:  # a listen still holds it: the host is answered, the server keeps the subscription
-                response = encode_result(request.id, b"{}")
-            if (reply is None or reply.ok) and uri in self._subscribed:
-                self._subscribed[uri].discard(link.principal)
-                if not self._subscribed[uri]:
-                    del self._subscribed[uri]
+            await self._subscriptions.hold(uri, _HostsOwn(link), forwarded)
+        elif await self._subscriptions.let_go(uri, _HostsOwn(link), forwarded) is None:
+            response = encode_result(request.id, b"{}")  # others hold it: the server keeps the subscription
         return response
 
     async def _subscribed_upstream(self, request: Request, uri: str, ctx: Context, link: HostLink,
@@ -1218,7 +1217,10 @@ class Gateway:
             return None
         if method == "notifications/resources/updated":
             uri = decode_object(params).get("uri") if params else None
-            return {*self._subscribed.get(uri, ()), *self._listeners.watching(uri)} if isinstance(uri, str) else set()
+            if not isinstance(uri, str):
+                return set()
+            return {*(holder.link.principal for holder in self._subscriptions.holders(uri)
+                      if isinstance(holder, _HostsOwn)), *self._listeners.watching(uri)}
         in_flight = {entry.link.principal for entry in self._in_flight}
         return in_flight if len(in_flight) == 1 else set()
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence, Set
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Final, final
 
@@ -36,8 +36,8 @@ _LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
 
 Subscribe = Callable[[Request, str, Context, HostLink, Hashable], Awaitable[bool]]
 """Subscribe a legacy server to one URI of a host's listen (the holder), if that host may read it; whether it was."""
-Release = Callable[[Hashable, Sequence[str]], None]
-"""A listen (the holder) that ended no longer holds the URIs: the server is unsubscribed from each no one else
+Release = Callable[[Hashable], None]
+"""A listen (the holder) that ended no longer holds its URIs: the server is unsubscribed from each no one else
 holds."""
 
 
@@ -133,7 +133,7 @@ class Listeners:
             await trio.sleep_forever()
         finally:  # ended however it ends (cancelled, closed, its host gone): its subscriptions are let go
             self._listeners.discard(listener)
-            self._release(listener, subscribed)
+            self._release(listener)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _to_listeners(self, method: str, params: bytes | None, principals: Set[str | None] | None = None, *,

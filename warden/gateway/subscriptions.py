@@ -12,7 +12,7 @@ ends the upstream subscription when no one does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Final, final
 
 import trio
@@ -72,13 +72,16 @@ class Subscriptions:
                 del self._holders[uri]
             return await unsubscribe()
 
-    def release(self, holder: Hashable, uris: Sequence[str]) -> None:
-        """``holder`` (a listen that ended) no longer holds ``uris``: the server is unsubscribed, in the
-        background and in that order, from each one no one else holds."""
+    def holders(self, uri: str) -> frozenset[Hashable]:
+        """Who holds ``uri`` now."""
+        return frozenset(self._holders.get(uri, ()))
+
+    def release(self, holder: Hashable) -> None:
+        """``holder`` (a listen that ended, a host gone) no longer holds anything: the server is unsubscribed, in
+        the background and in the order they were first subscribed, from each URI no one else holds."""
         unheld: list[str] = []
-        for uri in uris:
-            held = self._holders.get(uri)
-            if held is not None and holder in held:
+        for uri, held in self._holders.items():
+            if holder in held:
                 held.discard(holder)
                 if not held:
                     unheld.append(uri)
