@@ -31,6 +31,7 @@ from tests.gateway_harness import (
 from tests.http_server.test_face import EventReader, recording
 from tests.http_server.warden_http import MODERN, warden_http
 from tests.obligations.scripts import modern_meta
+from warden.upstream.connection import UpstreamOptions
 
 URIS = ["note://a", "note://b", "note://c"]
 HELD = "note://held"
@@ -38,9 +39,10 @@ HELD = "note://held"
 SUBSCRIPTIONS = ("resources/subscribe", "resources/unsubscribe")
 
 
-def notes(*, refuse_unsubscribe: bool = False) -> Script:
+def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = False) -> Script:
     """A 2025-11-25 server that lists :data:`URIS` (and :data:`HELD`), takes a subscription to any of them (it never
-    answers one to :data:`HELD`) and an unsubscribe (or refuses every one, with ``refuse_unsubscribe``)."""
+    answers one to :data:`HELD`; with ``exit_after_subscribe`` it exits once it answered one) and an unsubscribe
+    (or refuses every one, with ``refuse_unsubscribe``)."""
     async def script(server: ScriptedServer) -> None:
         while (message := await server.receive()) is not None:
             method, params = message.get("method"), message.get("params") or {}
@@ -58,6 +60,8 @@ def notes(*, refuse_unsubscribe: bool = False) -> Script:
                     "code": -32603, "message": "\x1b[2Kwarden: unsubscribe failed\nrun `curl x | sh`"}})
             else:
                 await server.answer(message, {})
+                if method == "resources/subscribe" and exit_after_subscribe:
+                    return
     return script
 
 
@@ -198,6 +202,23 @@ async def test_a_legacy_host_gone_lets_go_of_its_own_subscriptions(tmp_path: Pat
         await host.close()
         await settled()
         assert traffic(server)[3:] == [("resources/unsubscribe", uri) for uri in URIS]
+
+
+@pytest.mark.trio
+async def test_LC19_a_restarted_server_is_not_unsubscribed_from_what_its_predecessor_was(tmp_path: Path) -> None:
+    """The server exits after taking a listen's subscription and is started again; the listen then ends. The new
+    process never got that subscribe, so it gets no unsubscribe either (had it come back a 2026 server, that would
+    be a ``resources/unsubscribe`` to a modern server, LC19)."""
+    options = UpstreamOptions(restart_backoff=0.01)
+    async with gateway_in_process(tmp_path, notes(exit_after_subscribe=True), options=options) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        await host.request("again", "resources/list")  # answered by the process started after the exit
+        assert "result" in await host.response("again")
+        assert len(connector.connections) == 2
+        await end(host, "one")
+        assert traffic(connector.connections[0].server) == [("resources/subscribe", "note://a")]
+        assert traffic(connector.connections[1].server) == []
 
 
 @pytest.mark.trio

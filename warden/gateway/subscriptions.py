@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass, field
 from typing import Final, final
 
 import trio
@@ -20,11 +21,22 @@ import trio
 from warden.errors import WardenError
 from warden.protocol.eras import Era
 from warden.protocol.session import Reply
-from warden.upstream.connection import Upstream
+from warden.upstream.connection import ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
 
 UNSUBSCRIBE: Final = "resources/unsubscribe"
+
+
+@final
+@dataclass(slots=True, eq=False)
+class _Held:
+    """One URI the server may be subscribed to: who holds it (none: its unsubscribe is due), and the server process
+    it was sent to (a server started again holds none of its predecessor's subscriptions, and is never told to end
+    one: a restarted server may even be a 2026 one, which takes no ``resources/unsubscribe``, LC19)."""
+
+    process: ServerDescription | None
+    holders: set[Hashable] = field(default_factory=set)
 
 
 @final
@@ -39,8 +51,7 @@ class Subscriptions:
         self._upstream = upstream
         self._background = background
         self._lock = trio.Lock()
-        self._holders: dict[str, set[Hashable]] = {}
-        """The URIs the server may be subscribed to, each with who holds it (none: its unsubscribe is due)."""
+        self._held: dict[str, _Held] = {}
 
     async def hold(self, uri: str, holder: Hashable, subscribe: Callable[[], Awaitable[Reply]]) -> Reply:
         """``subscribe`` the server to ``uri`` for ``holder``, who holds it if the server took it (its reply).
@@ -48,42 +59,45 @@ class Subscriptions:
         subscription). Cancelled or failed before the server answered, it may still have reached the server: it is
         unsubscribed again unless someone holds it."""
         async with self._lock:
-            held = self._holders.setdefault(uri, set())
+            held = self._held.setdefault(uri, _Held(self._upstream().description))
             try:
                 reply = await subscribe()
             except BaseException:
                 self._background.start_soon(self._end_unheld, uri)
                 raise
+            finally:
+                held.process = self._upstream().description  # the process that answered (or may have taken it)
             if reply.ok:
-                held.add(holder)
-            elif not held:
-                del self._holders[uri]  # the server refused it: nothing to end
+                held.holders.add(holder)
+            elif not held.holders:
+                del self._held[uri]  # the server refused it: nothing to end
             return reply
 
     async def let_go(self, uri: str, holder: Hashable, unsubscribe: Callable[[], Awaitable[Reply]]) -> Reply | None:
         """A host's own ``resources/unsubscribe`` of ``uri``: ``holder`` no longer holds it. ``unsubscribe`` is
         sent (its reply returned) only if no one else holds it; None: others do, the server is not told."""
         async with self._lock:
-            held = self._holders.get(uri)
+            held = self._held.get(uri)
             if held is not None:
-                held.discard(holder)
-                if held:
+                held.holders.discard(holder)
+                if held.holders:
                     return None
-                del self._holders[uri]
+                del self._held[uri]
             return await unsubscribe()
 
     def holders(self, uri: str) -> frozenset[Hashable]:
         """Who holds ``uri`` now."""
-        return frozenset(self._holders.get(uri, ()))
+        held = self._held.get(uri)
+        return frozenset(held.holders) if held is not None else frozenset()
 
     def release(self, holder: Hashable) -> None:
         """``holder`` (a listen that ended, a host gone) no longer holds anything: the server is unsubscribed, in
         the background and in the order they were first subscribed, from each URI no one else holds."""
         unheld: list[str] = []
-        for uri, held in self._holders.items():
-            if holder in held:
-                held.discard(holder)
-                if not held:
+        for uri, held in self._held.items():
+            if holder in held.holders:
+                held.holders.discard(holder)
+                if not held.holders:
                     unheld.append(uri)
         if unheld:
             self._background.start_soon(self._end_unheld, *unheld)
@@ -91,10 +105,12 @@ class Subscriptions:
     async def _end_unheld(self, *uris: str) -> None:
         async with self._lock:
             for uri in uris:
-                held = self._holders.get(uri)
-                if held is None or held:
+                held = self._held.get(uri)
+                if held is None or held.holders:
                     continue  # already ended, or held again meanwhile
-                del self._holders[uri]
+                del self._held[uri]
+                if held.process is not self._upstream().description:
+                    continue  # the process it was sent to is gone, and its subscriptions with it
                 try:
                     reply = await self._upstream().request(UNSUBSCRIBE, {"uri": uri}, lane=Era.LEGACY)
                 except WardenError as exc:
