@@ -31,6 +31,7 @@ from tests.gateway_harness import (
 from tests.http_server.test_face import EventReader, recording
 from tests.http_server.warden_http import MODERN, warden_http
 from tests.obligations.scripts import modern_meta
+from warden.gateway.listen import MAX_LISTEN_URIS
 from warden.upstream.connection import UpstreamOptions
 
 URIS = ["note://a", "note://b", "note://c"]
@@ -219,6 +220,18 @@ async def test_LC19_a_restarted_server_is_not_unsubscribed_from_what_its_predece
         await end(host, "one")
         assert traffic(connector.connections[0].server) == [("resources/subscribe", "note://a")]
         assert traffic(connector.connections[1].server) == []
+
+
+@pytest.mark.trio
+async def test_a_listen_subscribes_to_the_first_256_resources_it_names_only(tmp_path: Path) -> None:
+    """A host naming a million resources on one listen had warden decide, record and send each; the first
+    :data:`MAX_LISTEN_URIS` (after duplicates) are considered, as ``warden serve`` already did, and the
+    acknowledgement says which were taken (MS28)."""
+    named = ["note://a", *(f"note://unlisted/{n}" for n in range(MAX_LISTEN_URIS - 1)), "note://b", "note://c"]
+    async with gateway_in_process(tmp_path, notes()) as (host, connector):
+        await ready(host)
+        assert await listen(host, "many", named) == ["note://a"]
+        assert traffic(connector.connections[-1].server) == [("resources/subscribe", "note://a")]
 
 
 @pytest.mark.trio

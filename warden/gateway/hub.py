@@ -37,6 +37,7 @@ from warden.errors import ConfigError, RemoteProtocolError, WardenError
 from warden.escape import for_terminal
 from warden.gateway.core import Gateway
 from warden.gateway.link import NO_SINK, Answer, Handled, HostLink, LegacyHost, Rewritten, Sink, Started
+from warden.gateway.listen import MAX_LISTEN_URIS
 from warden.gateway.questions import shown_elicitation_ids
 from warden.gateway.tasks import (
     LEGACY_TASKS_VERSION,
@@ -940,7 +941,7 @@ class Hub:
         asked = params.get("notifications")
         wanted: dict[str, Any] = asked if isinstance(asked, dict) else {}
         asked = wanted.get("resourceSubscriptions")
-        uris = [u for u in asked if isinstance(u, str)][:256] if isinstance(asked, list) else []
+        uris = [u for u in asked if isinstance(u, str)][:MAX_LISTEN_URIS] if isinstance(asked, list) else []
         owners: dict[str, list[str]] = {}
         for uri in uris:
             with contextlib.suppress(WardenError):

@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 _LISTEN_KEYS: Final[Mapping[str, str]] = {"toolsListChanged": "tools", "promptsListChanged": "prompts",
                                            "resourcesListChanged": "resources"}
+MAX_LISTEN_URIS: Final = 256
+"""The most resources one listen subscribes to (the first named): each is a decision recorded in the audit log
+and a request to the server, so a host naming a million would have warden write and send a million."""
 _LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
     "notifications/tools/list_changed": "toolsListChanged",
     "notifications/prompts/list_changed": "promptsListChanged",
@@ -115,7 +118,8 @@ class Listeners:
             if wanted.get(key) is True and isinstance(offered, dict) and offered.get("listChanged"):
                 honored[key] = True
         asked = wanted.get("resourceSubscriptions")
-        uris = list(dict.fromkeys(u for u in asked if isinstance(u, str))) if isinstance(asked, list) else []
+        uris = list(dict.fromkeys(u for u in asked if isinstance(u, str)))[:MAX_LISTEN_URIS] \
+            if isinstance(asked, list) else []
         resources = capabilities.get("resources")
         listener = _Listener(sink, decode_json(request.id), honored, link.session_key, link.principal)
         subscribed: list[str] = []
