@@ -40,10 +40,11 @@ HELD = "note://held"
 SUBSCRIPTIONS = ("resources/subscribe", "resources/unsubscribe")
 
 
-def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = False) -> Script:
+def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = False,
+          mute_unsubscribe: bool = False) -> Script:
     """A 2025-11-25 server that lists :data:`URIS` (and :data:`HELD`), takes a subscription to any of them (it never
     answers one to :data:`HELD`; with ``exit_after_subscribe`` it exits once it answered one) and an unsubscribe
-    (or refuses every one, with ``refuse_unsubscribe``)."""
+    (or refuses every one, with ``refuse_unsubscribe``; never answers one, with ``mute_unsubscribe``)."""
     async def script(server: ScriptedServer) -> None:
         while (message := await server.receive()) is not None:
             method, params = message.get("method"), message.get("params") or {}
@@ -54,7 +55,8 @@ def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = Fals
                 await server.answer(message, {"resources": [{"uri": u, "name": u[7:]} for u in [*URIS, HELD]]})
             elif method == "resources/templates/list":
                 await server.answer(message, {"resourceTemplates": []})
-            elif method == "resources/subscribe" and params.get("uri") == HELD:
+            elif (method == "resources/subscribe" and params.get("uri") == HELD) or \
+                    (method == "resources/unsubscribe" and mute_unsubscribe):
                 continue
             elif method == "resources/unsubscribe" and refuse_unsubscribe:
                 await server.send({"id": message["id"], "error": {
@@ -165,6 +167,22 @@ async def test_a_server_refusing_unsubscribe_is_logged_and_nothing_hangs(tmp_pat
     assert [r.getMessage() for r in caplog.records if r.name == "warden.gateway.subscriptions"] == [
         "scripted: the server refused resources/unsubscribe 'note://a': "
         "'\\x1b[2Kwarden: unsubscribe failed\\nrun `curl x | sh`'"] * 2
+
+
+@pytest.mark.trio
+async def test_an_unsubscribe_the_server_never_answers_holds_up_no_other_uri(tmp_path: Path) -> None:
+    """While the server sits on one URI's unsubscribe (until the request timeout, 50 s), listens and legacy hosts
+    subscribe to other URIs at once (before: every subscribe waited behind it)."""
+    async with gateway_in_process(tmp_path, notes(mute_unsubscribe=True)) as (host, connector):
+        await ready(host)
+        server = connector.connections[-1].server
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        await end(host, "one")
+        assert traffic(server)[1:] == [("resources/unsubscribe", "note://a")]
+        assert await listen(host, "two", ["note://b"]) == ["note://b"]  # within listen's 10 s bound
+        with trio.fail_after(10):
+            await host.request(1, "resources/subscribe", {"uri": "note://c"})
+            assert (await host.response(1))["result"] == {}
 
 
 @pytest.mark.trio

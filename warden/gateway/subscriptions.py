@@ -12,7 +12,8 @@ ends the upstream subscription when no one does.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Final, final
 
@@ -42,23 +43,36 @@ class _Held:
 @final
 class Subscriptions:
     """Who holds each URI the server is (or may be) subscribed to. Every subscribe and unsubscribe warden sends
-    on a holder's behalf goes through here, one at a time, so what the server last heard for a URI is what the
-    count says. ``background``: where an unsubscribe runs once the last holder let go (its holder does not wait
-    for the server, which may never answer)."""
+    on a holder's behalf goes through here, one at a time for each URI, so what the server last heard for a URI is
+    what the count says (and a server that sits on one URI's request holds up no other URI's). ``background``:
+    where an unsubscribe runs once the last holder let go (its holder does not wait for the server, which may
+    never answer)."""
 
     def __init__(self, *, name: str, upstream: Callable[[], Upstream], background: trio.Nursery) -> None:
         self._name = name
         self._upstream = upstream
         self._background = background
-        self._lock = trio.Lock()
         self._held: dict[str, _Held] = {}
+        self._locks: dict[str, trio.Lock] = {}
+        """The URIs a subscribe or unsubscribe is being sent for, or waits to be (each gone when no one needs it)."""
+
+    @asynccontextmanager
+    async def _alone(self, uri: str) -> AsyncIterator[None]:
+        """No other subscribe or unsubscribe of ``uri`` is sent meanwhile."""
+        lock = self._locks.setdefault(uri, trio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            if self._locks.get(uri) is lock and not lock.locked() and not lock.statistics().tasks_waiting:
+                del self._locks[uri]
 
     async def hold(self, uri: str, holder: Hashable, subscribe: Callable[[], Awaitable[Reply]]) -> Reply:
         """``subscribe`` the server to ``uri`` for ``holder``, who holds it if the server took it (its reply).
         Sent even when others hold it (the server answers for this holder too; subscribing twice is one
         subscription). Cancelled or failed before the server answered, it may still have reached the server: it is
         unsubscribed again unless someone holds it."""
-        async with self._lock:
+        async with self._alone(uri):
             held = self._held.setdefault(uri, _Held(self._upstream().description))
             try:
                 reply = await subscribe()
@@ -76,7 +90,7 @@ class Subscriptions:
     async def let_go(self, uri: str, holder: Hashable, unsubscribe: Callable[[], Awaitable[Reply]]) -> Reply | None:
         """A host's own ``resources/unsubscribe`` of ``uri``: ``holder`` no longer holds it. ``unsubscribe`` is
         sent (its reply returned) only if no one else holds it; None: others do, the server is not told."""
-        async with self._lock:
+        async with self._alone(uri):
             held = self._held.get(uri)
             if held is not None:
                 held.holders.discard(holder)
@@ -103,8 +117,8 @@ class Subscriptions:
             self._background.start_soon(self._end_unheld, *unheld)
 
     async def _end_unheld(self, *uris: str) -> None:
-        async with self._lock:
-            for uri in uris:
+        for uri in uris:
+            async with self._alone(uri):
                 held = self._held.get(uri)
                 if held is None or held.holders:
                     continue  # already ended, or held again meanwhile
