@@ -27,14 +27,14 @@ log = logging.getLogger(__name__)
 
 _LISTEN_KEYS: Final[Mapping[str, str]] = {"toolsListChanged": "tools", "promptsListChanged": "prompts",
                                            "resourcesListChanged": "resources"}
-MAX_LISTEN_URIS: Final = 256
-"""The most resources one listen subscribes to (the first named): each is a decision recorded in the audit log
-and a request to the server, so a host naming a million would have warden write and send a million."""
 _LISTEN_NOTIFICATIONS: Final[Mapping[str, str]] = {
     "notifications/tools/list_changed": "toolsListChanged",
     "notifications/prompts/list_changed": "promptsListChanged",
     "notifications/resources/list_changed": "resourcesListChanged",
 }
+MAX_LISTEN_URIS: Final = 256
+"""The most resources one listen subscribes to (the first named): each is a decision recorded in the audit log
+and a request to the server, so a host naming a million would have warden write and send a million."""
 
 
 Subscribe = Callable[[Request, str, Context, HostLink, Hashable], Awaitable[bool]]
@@ -107,7 +107,9 @@ class Listeners:
                      sink: Sink) -> bytes:
         """Serve a host's ``subscriptions/listen`` whatever the server's era: acknowledge what warden can deliver
         (MS28), then forward matching change notifications tagged with the listen's id (MS29) until the host
-        ends it (``notifications/cancelled`` or closing the stream; the request then gets no response)."""
+        ends it (``notifications/cancelled`` or closing the stream; the request then gets no response). A legacy
+        server is subscribed to the resources it names that its host may read, and unsubscribed from those no one
+        else holds when it ends (:class:`~warden.gateway.subscriptions.Subscriptions`)."""
         wanted = params.get("notifications")
         wanted = wanted if isinstance(wanted, dict) else {}
         description = await self._connected()
