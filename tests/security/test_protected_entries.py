@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,21 @@ print(json.dumps(out))
 """
 
 
+#: Appends a config line to each path of ``argv[1]`` (a JSON object: label to path) and reports "ok" or the errno.
+APPEND_EACH = r"""
+import errno, json, sys
+out = {}
+for name, path in json.loads(sys.argv[1]).items():
+    try:
+        with open(path, "a") as handle:
+            handle.write("[core]\n\tfsmonitor = /tmp/pwn.sh\n")
+        out[name] = "ok"
+    except OSError as exc:
+        out[name] = errno.errorcode[exc.errno]
+print(json.dumps(out))
+"""
+
+
 def _project(base: Path, owner: int, group: int) -> Path:
     """A project the sandbox can write as a whole, ``.git`` included (group-writable, or the user's own)."""
     proj = base / "proj"
@@ -62,6 +78,12 @@ def _project(base: Path, owner: int, group: int) -> Path:
     (proj / ".git" / "config").write_text("[core]\n\tbare = false\n")
     (proj / ".claude" / "settings.json").write_text("{}\n")
     (proj / "vendor" / ".git" / "config").write_text("[core]\n\tbare = false\n")
+    _hand_over(proj, owner, group)
+    return proj
+
+
+def _hand_over(proj: Path, owner: int, group: int) -> None:
+    """Make everything in ``proj`` writable by the sandbox of a warden run as ``owner``."""
     for root, dirs, files in os.walk(proj):
         for name in dirs:
             os.chown(os.path.join(root, name), owner, group)
@@ -71,7 +93,11 @@ def _project(base: Path, owner: int, group: int) -> Path:
             os.chmod(os.path.join(root, name), 0o664)
     os.chown(proj, owner, group)
     proj.chmod(0o2775)
-    return proj
+
+
+def _git(*args: str) -> None:
+    subprocess.run(["git", "-c", "safe.directory=*", "-c", "user.name=t", "-c", "user.email=t@example.invalid",
+                    "-c", "init.defaultBranch=main", *args], check=True, capture_output=True)
 
 
 @pytest.fixture(params=["root", "user"])
@@ -79,12 +105,17 @@ def parent(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _owners(parent: str) -> tuple[int, int]:
+    """Who owns a project ``parent``'s warden hands its sandbox: (owner, group)."""
+    return (0, SANDBOX_GID) if parent == "root" else (UNPRIV_UID, UNPRIV_UID)
+
+
 @pytest.fixture
 def place(parent: str) -> Iterator[tuple[Path, Path]]:
     """(project, state dir), owned for ``parent``'s warden."""
     base = Path(tempfile.mkdtemp(prefix="warden-protect-", dir="/var/tmp"))
     base.chmod(0o755)
-    owner, group = (0, SANDBOX_GID) if parent == "root" else (UNPRIV_UID, UNPRIV_UID)
+    owner, group = _owners(parent)
     state = base / "state"
     state.mkdir(mode=0o700)
     os.chown(state, owner, owner)
@@ -115,6 +146,41 @@ def test_B08_07_a_server_cannot_write_the_projects_git_or_host_settings(parent: 
     assert (proj / "notes.txt").read_text() == "the server's own work\n"
     # no mount point was made on the host for any of it: nothing new but the server's own file
     assert sorted(str(p.relative_to(proj)) for p in proj.rglob("*")) == sorted([*before, "notes.txt"])
+
+
+def test_B08_07_a_git_dir_a_gitfile_or_commondir_names_stays_read_only(parent: str, place: tuple[Path, Path]) -> None:
+    """A ``.git`` file (``git init --separate-git-dir``, a worktree, a hand-written relative one) and a worktree's
+    ``commondir`` name the git directory git uses: where that lies in the write dir, it is read-only too."""
+    proj, state = place
+    (proj / "gitdirs").mkdir()
+    _git("init", "-q", "--separate-git-dir", str(proj / "gitdirs" / "app.git"), str(proj / "app"))
+    _git("init", "-q", "--separate-git-dir", str(proj / "gitdirs" / "main.git"), str(proj / "main"))
+    _git("-C", str(proj / "main"), "commit", "-q", "--allow-empty", "-m", "first")
+    _git("-C", str(proj / "main"), "worktree", "add", "-q", str(proj / "wtree"))
+    _git("init", "-q", "--separate-git-dir", str(proj / "gitdirs" / "rel.git"), str(proj / "rel"))
+    (proj / "rel" / ".git").write_text("gitdir: ../gitdirs/rel.git\n")
+    _git("init", "-q", "--bare", str(proj / "shared.git"))
+    (proj / "gitdirs" / "wt2").mkdir()
+    (proj / "gitdirs" / "wt2" / "commondir").write_text("../../shared.git\n")
+    (proj / "wt2").mkdir()
+    (proj / "wt2" / ".git").write_text(f"gitdir: {proj}/gitdirs/wt2\n")
+    (proj / "app" / "README").write_text("")
+    _hand_over(proj, *_owners(parent))
+    assert (proj / "wtree" / ".git").read_text() == f"gitdir: {proj}/gitdirs/main.git/worktrees/wtree\n"
+    targets = {"separate git dir config": "gitdirs/app.git/config",
+               "separate git dir hook": "gitdirs/app.git/hooks/pre-commit",
+               "relative gitfile config": "gitdirs/rel.git/config",
+               "worktree's common config": "gitdirs/main.git/config",
+               "worktree's own config": "gitdirs/main.git/worktrees/wtree/config.worktree",
+               "commondir config": "shared.git/config", "commondir hook": "shared.git/hooks/post-checkout",
+               "linked worktree's commondir": "gitdirs/wt2/commondir", "gitfile": "app/.git",
+               "ordinary file": "app/README"}
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)),
+                   ["/usr/bin/python3", "-c", APPEND_EACH,
+                    json.dumps({name: str(proj / path) for name, path in targets.items()})], state)
+    assert outcome.error is None, outcome
+    assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
+    assert "fsmonitor" not in (proj / "shared.git" / "config").read_text()
 
 
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
@@ -210,3 +276,31 @@ def test_the_identity_holds_the_names_only_when_they_differ_from_the_default(pla
     assert not any(m[0] == "ro-bind-fd" for m in manifest["mounts"])  # a user's new .vscode changes no pin
     narrowed = make_launcher(SandboxSettings(write_dirs=(str(proj),), protected_names=(".git",)), state_dir=state)
     assert narrowed.manifest(spec)["protected_names"] == [".git"]
+
+
+def test_a_gitfile_through_a_symlink_in_a_write_dir_is_refused_and_a_missing_git_dir_is_watched(
+        place: tuple[Path, Path]) -> None:
+    """The server could point a symlink on the way elsewhere after the launch (git would follow it there), and
+    create a missing git directory: the first refuses the launch, the second is watched like any absent entry."""
+    proj, _state = place
+    (proj / "later").mkdir()
+    (proj / "later" / ".git").write_text("gitdir: ../gitdirs/later.git\n")
+    protection = survey([str(proj)], PROTECTED_NAMES)
+    assert f"{proj}/gitdirs/later.git" in protection.absent
+    (proj / "real.git").mkdir()
+    (proj / "link").symlink_to("real.git")
+    (proj / "app").mkdir()
+    (proj / "app" / ".git").write_text("gitdir: ../link\n")
+    with pytest.raises(LaunchError) as refused:
+        survey([str(proj)], PROTECTED_NAMES)
+    assert refused.value.message == f"{proj}/link is a symlink, so warden cannot keep it read-only for the server " \
+                                    "(it is a protected entry: programs on the host act on it)"
+    (proj / "app" / ".git").write_text(f"gitdir: {proj}/real.git\n")
+    (proj / "real.git" / "commondir").symlink_to("/etc/hostname")
+    with pytest.raises(LaunchError) as common:
+        survey([str(proj)], PROTECTED_NAMES)
+    assert common.value.message.startswith(f"{proj}/real.git/commondir is a symlink, so warden cannot keep it")
+    (proj / "real.git" / "commondir").unlink()
+    (proj / "app" / ".git").write_text("not a gitfile\n")  # git refuses it: nothing is linked
+    assert sorted(survey([str(proj)], PROTECTED_NAMES).bound) == [
+        f"{proj}/.claude", f"{proj}/.git", f"{proj}/app/.git", f"{proj}/later/.git", f"{proj}/vendor/.git"]

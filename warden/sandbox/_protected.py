@@ -15,6 +15,9 @@ name of the policy's ``protected_names`` stays read-only for the server:
   write dir cannot swap the entry itself (there it is a mount point: rename and unlink fail with EBUSY); one level
   down it could swap the parent directory, which at worst lets bwrap create one empty directory or file on the
   host. bwrap 0.12 closes that too.
+* **The git directory a ``.git`` leads to** is a protected entry too, where it lies in a write dir: a ``.git``
+  *file* (``gitdir: PATH``, written by submodules, worktrees and ``--separate-git-dir``) and a git directory's
+  ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`).
 * **An entry that does not exist at launch** cannot be bound: its mount point would have to be created on the host,
   inside the write dir. warden watches for it instead (:func:`watch_planted`, every :data:`WATCH_INTERVAL`
   seconds, and for a new ``.git`` one level down): if one appears while the server runs, the server is stopped,
@@ -25,6 +28,7 @@ name of the policy's ``protected_names`` stays read-only for the server:
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import stat
@@ -36,6 +40,7 @@ import trio
 
 from warden.errors import LaunchError
 from warden.escape import for_terminal
+from warden.paths import within
 
 __all__ = ["WATCH_INTERVAL", "PlantGuard", "Protection", "Watch", "open_protected", "survey", "wait_watching"]
 
@@ -44,6 +49,10 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks for a protected entry that appeared.
 WATCH_INTERVAL: Final = 0.5
 _GIT = ".git"
+#: The most bytes git reads of a gitfile (``PATH_MAX * 4``); it refuses a longer one, and so is it inert.
+_POINTER_MAX: Final = 4 * 4096
+#: Symlinks followed on the way to a linked git directory, as the kernel's limit (ELOOP).
+_MAX_HOPS: Final = 40
 
 
 @final
@@ -102,8 +111,12 @@ def _nested_git(root: str) -> list[str]:
 def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
     """Sort the protected entries of ``write_dirs`` (resolved paths) into bound and watched.
 
+    With ``.git`` protected, the git directories a ``.git`` leads to (:func:`_linked`) are protected entries too,
+    wherever they lie in a write dir.
+
     Raises:
-        LaunchError: a protected entry is a symlink (its target could not be kept read-only).
+        LaunchError: a protected entry, or a symlink on the way to a linked git directory, is a symlink (its
+            target could not be kept read-only).
     """
     bound: list[str] = []
     absent: list[str] = []
@@ -118,14 +131,102 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
                 absent.append(path)
                 continue
             if stat.S_ISLNK(st.st_mode):
-                raise LaunchError(
-                    f"{path} is a symlink, so warden cannot keep it read-only for the server (it is a protected "
-                    "entry: programs on the host act on it)",
-                    hint="grant a write dir that does not hold it, or leave its name out of the server's "
-                         "sandbox.protected_names if the server must write it")
+                raise _symlink(path)
             bound.append(path)
+            if os.path.basename(path) == _GIT:
+                for linked in _linked(path, stat.S_ISDIR(st.st_mode), write_dirs):
+                    (bound if os.path.lexists(linked) else absent).append(linked)
+    # An entry inside a bound directory is read-only through it already (a submodule's .git/modules/NAME).
+    directories = [path for path in bound if os.path.isdir(path)]
+    covered = {path for path in [*bound, *absent] if any(path != d and within(path, d) for d in directories)}
     roots = tuple(write_dirs) if _GIT in names else ()
-    return Protection(bound=tuple(bound), absent=tuple(absent), roots=roots)
+    return Protection(bound=tuple(dict.fromkeys(p for p in bound if p not in covered)),
+                      absent=tuple(dict.fromkeys(p for p in absent if p not in covered)), roots=roots)
+
+
+def _symlink(path: str) -> LaunchError:
+    return LaunchError(
+        f"{for_terminal(path)} is a symlink, so warden cannot keep it read-only for the server (it is a protected "
+        "entry: programs on the host act on it)",
+        hint="grant a write dir that does not hold it, or leave its name out of the server's "
+             "sandbox.protected_names if the server must write it")
+
+
+def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
+    """The git directories git uses for the repository of ``git`` (a ``.git`` entry) besides ``git`` itself, where
+    they lie in a write dir: a server that could write one would write that repository's ``config`` and ``hooks``.
+
+    A ``.git`` *file* (a gitfile, ``gitdir: PATH``: submodules, ``git init --separate-git-dir``, worktrees) names
+    the git directory; a git directory's ``commondir`` file (a linked worktree's) names the one holding ``config``
+    and ``hooks``. Relative paths are relative to the file's directory, as git reads them. Each is followed once,
+    as git does (the target of a gitfile must be a directory, a ``commondir`` is not read again in its target).
+    A target outside every write dir is left alone: the server cannot write it.
+
+    Raises:
+        LaunchError: the way to a target passes a symlink in a write dir (the server could point it elsewhere
+            after the survey, and git would follow it there), or a ``commondir`` is a symlink (refused wherever it
+            is: it is rare, and one in a write dir would let the server choose what it says).
+    """
+    linked: list[str] = []
+    gitdir = git
+    if not is_dir:
+        target = _pointer(git, b"gitdir: ")
+        if target is None:
+            return []  # not a gitfile git accepts: git stops there, whatever the server writes elsewhere
+        gitdir = _resolve(os.path.dirname(git), target, write_dirs)
+        linked.append(gitdir)
+    common = _pointer(os.path.join(gitdir, "commondir"), b"")
+    if common is not None:
+        linked.append(_resolve(gitdir, common, write_dirs))
+    return [path for path in linked if any(within(path, root) for root in write_dirs)]
+
+
+def _pointer(path: str, prefix: bytes) -> str | None:
+    """The path a git pointer file (a gitfile or ``commondir``) holds after ``prefix``, trailing line ends cut as
+    git cuts them; None when ``path`` is not a regular file, is larger than git reads, or lacks ``prefix``.
+
+    Raises:
+        LaunchError: ``path`` is a symlink.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise _symlink(path) from exc
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = handle.read(_POINTER_MAX + 1)
+    data = data.split(b"\0", 1)[0].rstrip(b"\r\n")
+    if len(data) > _POINTER_MAX or not data.startswith(prefix) or len(data) == len(prefix):
+        return None
+    return os.fsdecode(data[len(prefix):])
+
+
+def _resolve(start: str, target: str, write_dirs: Sequence[str], hops: int = 0) -> str:
+    """``target`` (absolute, or relative to the directory ``start``) as the kernel resolves it, without symlinks.
+
+    A symlink outside the write dirs is followed (the server cannot change it); ``hops`` bounds how many, as the
+    kernel's ELOOP does.
+
+    Raises:
+        LaunchError: a symlink in a write dir is on the way, or there are too many symlinks.
+    """
+    path = "/" if target.startswith("/") else start
+    for part in target.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            path = os.path.dirname(path)
+            continue
+        step = os.path.join(path, part)
+        if os.path.islink(step):
+            if hops >= _MAX_HOPS or any(within(step, root) for root in write_dirs):
+                raise _symlink(step)
+            step = _resolve(path, os.readlink(step), write_dirs, hops + 1)
+        path = step
+    return path
 
 
 def open_protected(path: str, root: str) -> int:
