@@ -21,7 +21,7 @@ import trio
 from tests.security.harness import IS_ROOT, UNPRIV_UID, Outcome, run_as_user, run_in_process
 from warden.errors import LaunchError
 from warden.policy import PROTECTED_NAMES
-from warden.sandbox import SandboxSettings, make_launcher
+from warden.sandbox import SandboxSettings, _protected, make_launcher
 from warden.sandbox._protected import open_protected, survey
 from warden.sandbox._uids import SANDBOX_GID
 
@@ -183,6 +183,34 @@ def test_B08_07_a_git_dir_a_gitfile_or_commondir_names_stays_read_only(parent: s
     assert "fsmonitor" not in (proj / "shared.git" / "config").read_text()
 
 
+def test_B08_07_a_git_four_levels_down_and_a_real_submodules_stay_read_only(parent: str,
+                                                                           place: tuple[Path, Path]) -> None:
+    """Every ``.git`` down to ``GIT_DEPTH`` levels is bound, gitfiles included (``git submodule add`` writes
+    ``SUB/.git``: ``gitdir: ../../.git/modules/SUB``, whose config lies in the superproject's ``.git``)."""
+    proj, state = place
+    lib = proj.parent / "lib"
+    _git("init", "-q", str(lib))
+    _git("-C", str(lib), "commit", "-q", "--allow-empty", "-m", "first")
+    _git("init", "-q", str(proj / "work" / "super"))
+    _git("-C", str(proj / "work" / "super"), "-c", "protocol.file.allow=always", "submodule", "add", "-q",
+         str(lib), "libs/sub")
+    for repo in ("a/b/repo", "a/b/c/d", "a/b/c/d/e"):
+        _git("init", "-q", str(proj / repo))
+    (proj / "a" / "b" / "notes.txt").write_text("")
+    _hand_over(proj, *_owners(parent))
+    assert (proj / "work" / "super" / "libs" / "sub" / ".git").read_text() == "gitdir: ../../.git/modules/libs/sub\n"
+    targets = {"depth 3 config": "a/b/repo/.git/config", "depth 4 hook": "a/b/c/d/.git/hooks/pre-commit",
+               "submodule's gitfile": "work/super/libs/sub/.git",
+               "submodule's config": "work/super/.git/modules/libs/sub/config",
+               "depth 5, out of reach": "a/b/c/d/e/.git/config", "ordinary file": "a/b/notes.txt"}
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)),
+                   ["/usr/bin/python3", "-c", APPEND_EACH,
+                    json.dumps({name: str(proj / path) for name, path in targets.items()})], state)
+    assert outcome.error is None, outcome
+    assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "depth 5, out of reach": "ok",
+                                          "ordinary file": "ok"}
+
+
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
     proj, state = place
     names = tuple(n for n in PROTECTED_NAMES if n != ".git")
@@ -194,7 +222,8 @@ def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tup
     assert result["claude hooks"] == "EROFS"
 
 
-@pytest.mark.parametrize("planted", [".mcp.json", "fresh/.git", "\x1b]52;c;cHduZWQ=\x07\u202e/.git"])
+@pytest.mark.parametrize("planted", [".mcp.json", "fresh/.git", "\x1b]52;c;cHduZWQ=\x07\u202e/.git",
+                                     "x/y/z/.git"])
 def test_B08_07_an_entry_planted_while_the_server_runs_stops_it_for_good(parent: str, place: tuple[Path, Path],
                                                                    planted: str) -> None:
     proj, state = place
@@ -304,3 +333,51 @@ def test_a_gitfile_through_a_symlink_in_a_write_dir_is_refused_and_a_missing_git
     (proj / "app" / ".git").write_text("not a gitfile\n")  # git refuses it: nothing is linked
     assert sorted(survey([str(proj)], PROTECTED_NAMES).bound) == [
         f"{proj}/.claude", f"{proj}/.git", f"{proj}/app/.git", f"{proj}/later/.git", f"{proj}/vendor/.git"]
+
+
+def test_a_write_dir_too_large_to_look_through_for_a_git_refuses_the_launch(place: tuple[Path, Path],
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    proj, _state = place
+    monkeypatch.setattr(_protected, "GIT_SCAN_LIMIT", 8)
+    for index in range(6):
+        (proj / "a" / f"f{index}").mkdir(parents=True)
+    assert sorted(os.listdir(proj)) == [".claude", ".git", "a", "vendor"]  # 4 + 6 entries listed: one too many
+    with pytest.raises(_protected.Unsurveyable) as refused:
+        survey([str(proj)], PROTECTED_NAMES)
+    assert refused.value.message == f"{proj} holds more than 8 entries within 4 levels, too many to look through " \
+                                    "for a .git (each one there is kept read-only)"
+    assert refused.value.hint == "grant a narrower write dir (the project itself), or leave .git out of the " \
+                                 "server's sandbox.protected_names if the server must write it"
+    assert survey([str(proj)], (".mcp.json",)).absent == (f"{proj}/.mcp.json",)  # no .git protected: no look
+
+
+@pytest.mark.parametrize("parent", ["user"])  # a root warden lists any directory
+def test_a_directory_the_server_makes_unlistable_stops_it(place: tuple[Path, Path]) -> None:
+    """A server run by an unprivileged warden could hide a ``.git`` below a directory it made unreadable (it can
+    still create ``a/b/.git`` there): warden stops it as soon as it cannot list one in reach."""
+    proj, state = place
+    hide = (f"import os, time; a = {str(proj / 'a')!r}; os.makedirs(a + '/b'); os.chmod(a, 0o300); "
+            "time.sleep(2); os.mkdir(a + '/b/.git'); time.sleep(60)")
+    outcome = run_as_user(SandboxSettings(write_dirs=(str(proj),)), ["/usr/bin/python3", "-c", hide],
+                          state_dir=state, timeout=30)
+    (proj / "a").chmod(0o2775)
+    assert outcome.error is None, outcome
+    assert outcome.rc == 128 + 9, outcome
+    assert outcome.stop_reason == (
+        f"cannot list {proj}/a (Permission denied), so warden cannot see whether it holds a .git; warden stopped "
+        "the server because it may have hidden a .git there. Look at that directory before you use it with git, "
+        "then restart warden")
+
+
+def test_a_git_inside_another_protected_entry_is_read_only_through_it_and_no_plant(place: tuple[Path, Path]) -> None:
+    proj, _state = place
+    (proj / ".claude" / "skills" / ".git").mkdir(parents=True)
+    protection = survey([str(proj)], PROTECTED_NAMES)
+    assert f"{proj}/.claude" in protection.bound
+    assert f"{proj}/.claude/skills/.git" not in protection.bound  # one mount is enough
+    assert protection.planted() is None
+    (proj / "later" / ".git").mkdir(parents=True)
+    assert protection.planted() == (
+        f"{proj}/later/.git appeared while the server could write there; warden stopped the server because it may "
+        "have planted it (programs on the host act on that entry by themselves). Look at it before you use that "
+        "directory with git, an editor or an MCP host, then restart warden")

@@ -5,25 +5,30 @@ A write dir is usually a project, and a project holds files that programs on the
 its own code on the host, outside any sandbox, the next time a shell prompt runs ``git status`` there. So every
 name of the policy's ``protected_names`` stays read-only for the server:
 
-* **An entry that exists at launch** directly in a write dir, or one level down (``PROJECT/.git`` of a write dir
-  holding several projects), is bound read-only over itself (``--ro-bind-fd``). The bind's source is an
+* **An entry that exists at launch** directly in a write dir, or a ``.git`` up to :data:`GIT_DEPTH` levels down
+  (``PROJECT/.git`` of a write dir holding several projects, ``vendor/lib/.git``, a submodule's), is bound
+  read-only over itself (``--ro-bind-fd``). The bind's source is an
   ``O_PATH`` descriptor opened component by component without following symlinks, so nothing the sandbox planted
   can make bwrap bind another host path; a protected entry that *is* a symlink is refused, since its target
   cannot be kept read-only. These are the only mount points the plan puts inside a writable directory, against
   its rule (CVE-2026-87766 class, see :mod:`._plan`): the destination exists, so bwrap 0.11 creates nothing for it
   unless another process swaps a path component for a symlink during the setup. Another sandbox with the same
-  write dir cannot swap the entry itself (there it is a mount point: rename and unlink fail with EBUSY); one level
-  down it could swap the parent directory, which at worst lets bwrap create one empty directory or file on the
+  write dir cannot swap the entry itself (there it is a mount point: rename and unlink fail with EBUSY); further
+  down it could swap a parent directory, which at worst lets bwrap create one empty directory or file on the
   host. bwrap 0.12 closes that too.
 * **The git directory a ``.git`` leads to** is a protected entry too, where it lies in a write dir: a ``.git``
   *file* (``gitdir: PATH``, written by submodules, worktrees and ``--separate-git-dir``) and a git directory's
   ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`).
 * **An entry that does not exist at launch** cannot be bound: its mount point would have to be created on the host,
   inside the write dir. warden watches for it instead (:func:`watch_planted`, every :data:`WATCH_INTERVAL`
-  seconds, and for a new ``.git`` one level down): if one appears while the server runs, the server is stopped,
-  the reason becomes its audited exit reason, and it is not started again until warden restarts (whose launch
-  then binds the entry read-only). The entry is left where it is, for the user to look at: warden cannot tell
-  whether the server or the user made it.
+  seconds, or more rarely for a large tree, and for a new ``.git`` as deep as the launch looked): if one appears
+  while the server runs, the server is stopped, the reason becomes its audited exit reason, and it is not started
+  again until warden restarts (whose launch then binds the entry read-only). The entry is left where it is, for
+  the user to look at: warden cannot tell whether the server or the user made it.
+
+The look for a ``.git`` is bounded (:func:`_nested_git`): a write dir holding more than :data:`GIT_SCAN_LIMIT`
+entries within reach, or a directory there warden cannot list, refuses the launch and stops a running server,
+rather than leave a ``.git`` it did not see writable. A ``.git`` deeper than :data:`GIT_DEPTH` is not seen.
 """
 
 from __future__ import annotations
@@ -42,17 +47,31 @@ from warden.errors import LaunchError
 from warden.escape import for_terminal
 from warden.paths import within
 
-__all__ = ["WATCH_INTERVAL", "PlantGuard", "Protection", "Watch", "open_protected", "survey", "wait_watching"]
+__all__ = ["GIT_DEPTH", "GIT_SCAN_LIMIT", "WATCH_INTERVAL", "PlantGuard", "Protection", "Unsurveyable", "Watch",
+           "open_protected", "survey", "wait_watching"]
 
 log = logging.getLogger(__name__)
 
 #: Seconds between two looks for a protected entry that appeared.
 WATCH_INTERVAL: Final = 0.5
 _GIT = ".git"
+#: How far below a write dir a ``.git`` is looked for: ``ROOT/a/b/c/d/.git``. Projects nest repositories a few
+#: levels down (vendored code, submodules, a directory of checkouts); a ``.git`` deeper than that is a place a
+#: user seldom runs git in, and looking deeper costs every launch and every watch a walk of the whole tree.
+GIT_DEPTH: Final = 4
+#: The most directory entries one look for a ``.git`` lists (a 4-level tree of a large project lists a few ten
+#: thousand; the look lists 200 000 in about 0.2 s on a warm cache, 50 000 files in 0.2 s on a cold one).
+GIT_SCAN_LIMIT: Final = 200_000
+_NARROWER = ("grant a narrower write dir (the project itself), or leave .git out of the server's "
+             "sandbox.protected_names if the server must write it")
 #: The most bytes git reads of a gitfile (``PATH_MAX * 4``); it refuses a longer one, and so is it inert.
 _POINTER_MAX: Final = 4 * 4096
 #: Symlinks followed on the way to a linked git directory, as the kernel's limit (ELOOP).
 _MAX_HOPS: Final = 40
+
+
+class Unsurveyable(LaunchError):
+    """A write dir cannot be looked through for a ``.git`` (too large within reach, or a directory unreadable)."""
 
 
 @final
@@ -77,10 +96,14 @@ class Protection:
         for path in self.absent:
             if os.path.lexists(path):
                 return _reason(path)
-        bound = set(self.bound)
         for root in self.roots:
-            for path in _nested_git(root):
-                if path not in bound:
+            try:
+                nested = _nested_git(root)
+            except Unsurveyable as exc:
+                return (f"{exc.message}; warden stopped the server because it may have hidden a .git there. "
+                        "Look at that directory before you use it with git, then restart warden")
+            for path in nested:
+                if not any(within(path, entry) for entry in self.bound):  # one bound entry may hold another
                     return _reason(path)
         return None
 
@@ -94,17 +117,41 @@ def _reason(path: str) -> str:
 
 
 def _nested_git(root: str) -> list[str]:
-    """``DIR/.git`` for every directory ``DIR`` directly in ``root`` that has one (symlinks are not followed)."""
-    found = []
-    try:
-        entries = list(os.scandir(root))
-    except OSError:
-        return []  # the write dir went away or became unreadable: nothing in it reaches the host's tools
-    for entry in entries:
-        if entry.name != _GIT and entry.is_dir(follow_symlinks=False):
-            path = os.path.join(entry.path, _GIT)
-            if os.path.lexists(path):
-                found.append(path)
+    """``DIR/.git`` for every directory ``DIR`` below ``root``, down to :data:`GIT_DEPTH` levels, that has one.
+
+    Symlinks are not followed and no ``.git`` is entered (what it holds is read-only with it). The look lists
+    only directories above the last level (there one ``lstat`` per directory is enough), and never more than
+    :data:`GIT_SCAN_LIMIT` entries.
+
+    Raises:
+        Unsurveyable: the look would list more than :data:`GIT_SCAN_LIMIT` entries, or a directory in reach cannot
+            be listed. Both fail closed: a ``.git`` warden did not see would stay writable, and a server could
+            hide one behind either (a directory it made unreadable, a heap of empty ones).
+    """
+    found: list[str] = []
+    listed = 0
+    level = [root]
+    for _depth in range(GIT_DEPTH):
+        below: list[str] = []
+        for directory in level:
+            try:
+                with os.scandir(directory) as entries:
+                    for entry in entries:
+                        listed += 1
+                        if listed > GIT_SCAN_LIMIT:
+                            raise Unsurveyable(
+                                f"{for_terminal(root)} holds more than {GIT_SCAN_LIMIT} entries within {GIT_DEPTH} "
+                                "levels, too many to look through for a .git (each one there is kept read-only)",
+                                hint=_NARROWER)
+                        if entry.name != _GIT and entry.is_dir(follow_symlinks=False):
+                            below.append(entry.path)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # gone since it was listed: nothing in it reaches the host's tools
+            except OSError as exc:
+                raise Unsurveyable(f"cannot list {for_terminal(directory)} ({exc.strerror}), so warden cannot see "
+                                   "whether it holds a .git", hint="restore its permissions, or " + _NARROWER) from exc
+        found += [os.path.join(d, _GIT) for d in below if os.path.lexists(os.path.join(d, _GIT))]
+        level = below
     return found
 
 
@@ -288,10 +335,16 @@ async def wait_watching(wait: Callable[[], Awaitable[int]], watch: Watch | None,
 
 async def watch_planted(protection: Protection, guard: PlantGuard, stop: Callable[[str], None]) -> None:
     """Look for a planted entry every :data:`WATCH_INTERVAL` seconds until one appears, then trip ``guard`` and
-    ``stop(reason)`` (which must kill the whole sandbox). Runs until cancelled otherwise."""
+    ``stop(reason)`` (which must kill the whole sandbox). Runs until cancelled otherwise.
+
+    A look that took long (a large tree) is followed by a pause four times as long, so that the watch costs a
+    server's host at most a fifth of a core, whatever the write dir holds."""
+    took = 0.0
     while True:
-        await trio.sleep(WATCH_INTERVAL)
+        await trio.sleep(max(WATCH_INTERVAL, 4 * took))
+        began = trio.current_time()
         reason = await trio.to_thread.run_sync(protection.planted, abandon_on_cancel=True)
+        took = trio.current_time() - began
         if reason is not None:
             log.warning("stopping the server: %s", reason)
             guard.tripped = reason
