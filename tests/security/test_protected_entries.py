@@ -241,6 +241,26 @@ def test_B08_07_an_entry_planted_while_the_server_runs_stops_it_for_good(parent:
     assert (proj / planted).read_text() == "{}"  # left for the user to look at
 
 
+def test_B08_07_a_bound_git_moved_away_with_its_parent_stops_the_server(parent: str,
+                                                                      place: tuple[Path, Path]) -> None:
+    """A bind keeps ``vendor/.git`` read-only, not the path: the server renames ``vendor`` (allowed: only the
+    mount point itself is busy) out of reach of the look for a ``.git``, and makes a new ``vendor/.git/config``."""
+    proj, state = place
+    swap = (f"import os, time; p = {str(proj)!r}; os.makedirs(p + '/x/y/z/w/v'); "
+            "os.rename(p + '/vendor', p + '/x/y/z/w/v/vendor'); os.makedirs(p + '/vendor/.git'); "
+            "open(p + '/vendor/.git/config', 'w').write('[core]\\n\\tfsmonitor = /tmp/pwn.sh\\n'); time.sleep(60)")
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)), ["/usr/bin/python3", "-c", swap], state)
+    assert outcome.error is None, outcome
+    assert not outcome.timed_out, outcome
+    assert outcome.rc == 128 + 9, outcome
+    assert outcome.stop_reason == (
+        f"{proj}/vendor/.git is no longer the entry warden kept read-only (a directory above it was renamed or "
+        "replaced while the server could write there); warden stopped the server because it may have planted what "
+        "is there now. Look at it before you use that directory with git, an editor or an MCP host, then restart "
+        "warden")
+    assert (proj / "x/y/z/w/v/vendor/.git/config").read_text() == "[core]\n\tbare = false\n"
+
+
 def test_a_tripped_launcher_refuses_to_start_the_server_again(place: tuple[Path, Path]) -> None:
     proj, state = place
 

@@ -15,7 +15,9 @@ name of the policy's ``protected_names`` stays read-only for the server:
   unless another process swaps a path component for a symlink during the setup. Another sandbox with the same
   write dir cannot swap the entry itself (there it is a mount point: rename and unlink fail with EBUSY); further
   down it could swap a parent directory, which at worst lets bwrap create one empty directory or file on the
-  host. bwrap 0.12 closes that too.
+  host. bwrap 0.12 closes that too. The server itself can rename a directory above a bound entry (only the mount
+  point is busy) and make a new entry at its path: the watch compares each bound path's inode with the one bound
+  and stops the server when they differ.
 * **The git directory a ``.git`` leads to** is a protected entry too, where it lies in a write dir: a ``.git``
   *file* (``gitdir: PATH``, written by submodules, worktrees and ``--separate-git-dir``) and a git directory's
   ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`).
@@ -80,6 +82,10 @@ class Protection:
     """What one launch keeps read-only (``bound``: existing entries) and watches for (the rest)."""
 
     bound: tuple[str, ...] = ()
+    identities: tuple[tuple[int, int] | None, ...] = ()
+    """``(st_dev, st_ino)`` of each ``bound`` entry at launch (None: gone already, so the launch fails). A bind
+    keeps the entry read-only, not its path: a server can rename a directory above it, mount point and all, and
+    make a new entry at the path."""
     absent: tuple[str, ...] = ()
     """Protected entries that did not exist at launch, directly in a write dir."""
     roots: tuple[str, ...] = ()
@@ -88,11 +94,17 @@ class Protection:
     @property
     def watches(self) -> bool:
         """There is something to watch for while the server runs."""
-        return bool(self.absent or self.roots)
+        return bool(self.bound or self.absent or self.roots)
 
     def planted(self) -> str | None:
-        """The first protected entry that exists now and did not at launch, said as a reason to stop the server;
-        None when there is none. Blocks (``lstat``, and a listing of each write dir)."""
+        """The first protected entry that exists now and did not at launch, or is not the one bound, said as a
+        reason to stop the server; None when there is none. Blocks (``lstat``, and a listing of each write dir)."""
+        for path, identity in zip(self.bound, self.identities, strict=True):
+            if _identity(path) != identity:
+                return (f"{for_terminal(path)} is no longer the entry warden kept read-only (a directory above it "
+                        "was renamed or replaced while the server could write there); warden stopped the server "
+                        "because it may have planted what is there now. Look at it before you use that directory "
+                        "with git, an editor or an MCP host, then restart warden")
         for path in self.absent:
             if os.path.lexists(path):
                 return _reason(path)
@@ -106,6 +118,15 @@ class Protection:
                 if not any(within(path, entry) for entry in self.bound):  # one bound entry may hold another
                     return _reason(path)
         return None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path`` itself (not a symlink's target); None when it is gone."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _reason(path: str) -> str:
@@ -187,7 +208,8 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
     directories = [path for path in bound if os.path.isdir(path)]
     covered = {path for path in [*bound, *absent] if any(path != d and within(path, d) for d in directories)}
     roots = tuple(write_dirs) if _GIT in names else ()
-    return Protection(bound=tuple(dict.fromkeys(p for p in bound if p not in covered)),
+    kept = tuple(dict.fromkeys(p for p in bound if p not in covered))
+    return Protection(bound=kept, identities=tuple(map(_identity, kept)),
                       absent=tuple(dict.fromkeys(p for p in absent if p not in covered)), roots=roots)
 
 
