@@ -115,20 +115,26 @@ async def test_server_filesystem_in_a_container_writes_only_its_workspace(state_
 async def test_B08_07_a_container_keeps_the_workspaces_git_read_only(state_dir: Path, host_dir: Path,
                                                                       podman: str) -> None:
     """The write dir's protected entries are read-only volumes in a container too (``.git`` here, made writable
-    for the sandbox's group like the rest of the workspace), and the rest of the workspace stays writable."""
+    for the sandbox's group like the rest of the workspace, and the git dir a gitfile three levels down names),
+    and the rest of the workspace stays writable."""
     workspace = sandbox_writable(host_dir / "ws")
     git = sandbox_writable(workspace / ".git")
-    (git / "config").write_text("[core]\n\tbare = false\n")
-    (git / "config").chmod(0o664)
+    linked = sandbox_writable(workspace / "gitdirs" / "lib.git")
+    (sandbox_writable(workspace / "a" / "b" / "lib") / ".git").write_text("gitdir: ../../../gitdirs/lib.git\n")
+    for config in (git / "config", linked / "config"):
+        config.write_text("[core]\n\tbare = false\n")
+        config.chmod(0o664)
     settings = container(podman, write_dirs=[str(workspace)])
     spec = LaunchSpec(argv=("node", str(FILESYSTEM), str(workspace)))
     async with mcp_session(make_launcher(settings, state_dir=state_dir), spec) as session:
-        planted = await session.call_tool("write_file", {"path": str(git / "config"),
-                                                         "content": "[core]\n\tfsmonitor = /tmp/pwn\n"})
+        planted = [await session.call_tool("write_file", {"path": str(config),
+                                                          "content": "[core]\n\tfsmonitor = /tmp/pwn\n"})
+                   for config in (git / "config", linked / "config")]
         written = await session.call_tool("write_file", {"path": str(workspace / "note.txt"), "content": "hi"})
-    assert planted.get("isError") is True, planted
-    assert "read-only file system" in McpSession.text(planted).lower()
-    assert (git / "config").read_text() == "[core]\n\tbare = false\n"
+    for refused in planted:
+        assert refused.get("isError") is True, refused
+        assert "read-only file system" in McpSession.text(refused).lower()
+    assert (git / "config").read_text() == (linked / "config").read_text() == "[core]\n\tbare = false\n"
     assert not written.get("isError"), written
     assert (workspace / "note.txt").read_text() == "hi"
 
