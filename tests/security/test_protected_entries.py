@@ -211,6 +211,32 @@ def test_B08_07_a_git_four_levels_down_and_a_real_submodules_stay_read_only(pare
                                           "ordinary file": "ok"}
 
 
+def test_B08_07_what_a_git_dirs_config_and_hooks_symlinks_lead_to_stays_read_only(parent: str,
+                                                                                 place: tuple[Path, Path]) -> None:
+    """Hooks kept with the project (``.git/hooks/pre-commit -> ../../scripts/pre-commit``), a symlinked hooks
+    directory and a symlinked ``config`` make git run or obey files outside the read-only git dir: where those lie
+    in the write dir, they are read-only too."""
+    proj, state = place
+    (proj / "scripts").mkdir()
+    (proj / "scripts" / "pre-commit").write_text("#!/bin/sh\n")
+    (proj / ".git" / "hooks" / "pre-commit").symlink_to("../../scripts/pre-commit")
+    (proj / "scripts" / "lint").write_text("")
+    _git("init", "-q", str(proj / "app"))
+    shutil.rmtree(proj / "app" / ".git" / "hooks")
+    (proj / "app" / "githooks").mkdir()
+    (proj / "app" / ".git" / "hooks").symlink_to("../githooks")
+    (proj / "app" / ".git" / "config").rename(proj / "app" / "gitconfig")
+    (proj / "app" / ".git" / "config").symlink_to(f"{proj}/app/gitconfig")
+    _hand_over(proj, *_owners(parent))
+    targets = {"linked hook": "scripts/pre-commit", "linked hooks dir": "app/githooks/post-checkout",
+               "linked config": "app/gitconfig", "ordinary file": "scripts/lint"}
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)),
+                   ["/usr/bin/python3", "-c", APPEND_EACH,
+                    json.dumps({name: str(proj / path) for name, path in targets.items()})], state)
+    assert outcome.error is None, outcome
+    assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
+
+
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
     proj, state = place
     names = tuple(n for n in PROTECTED_NAMES if n != ".git")

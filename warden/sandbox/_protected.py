@@ -20,7 +20,8 @@ name of the policy's ``protected_names`` stays read-only for the server:
   and stops the server when they differ.
 * **The git directory a ``.git`` leads to** is a protected entry too, where it lies in a write dir: a ``.git``
   *file* (``gitdir: PATH``, written by submodules, worktrees and ``--separate-git-dir``) and a git directory's
-  ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`).
+  ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`), and
+  so does a symlinked ``config``, ``hooks`` or hook in a git directory: their targets are protected entries too.
 * **An entry that does not exist at launch** cannot be bound: its mount point would have to be created on the host,
   inside the write dir. warden watches for it instead (:func:`watch_planted`, every :data:`WATCH_INTERVAL`
   seconds, or more rarely for a large tree, and for a new ``.git`` as deep as the launch looked): if one appears
@@ -222,8 +223,9 @@ def _symlink(path: str) -> LaunchError:
 
 
 def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
-    """The git directories git uses for the repository of ``git`` (a ``.git`` entry) besides ``git`` itself, where
-    they lie in a write dir: a server that could write one would write that repository's ``config`` and ``hooks``.
+    """The git directories git uses for the repository of ``git`` (a ``.git`` entry) besides ``git`` itself, and
+    where their symlinks lead (:func:`_symlinked`), where those lie in a write dir: a server that could write one
+    would write that repository's ``config`` and ``hooks``.
 
     A ``.git`` *file* (a gitfile, ``gitdir: PATH``: submodules, ``git init --separate-git-dir``, worktrees) names
     the git directory; a git directory's ``commondir`` file (a linked worktree's) names the one holding ``config``
@@ -244,10 +246,32 @@ def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
             return []  # not a gitfile git accepts: git stops there, whatever the server writes elsewhere
         gitdir = _resolve(os.path.dirname(git), target, write_dirs)
         linked.append(gitdir)
+    gitdirs = [gitdir]
     common = _pointer(os.path.join(gitdir, "commondir"), b"")
     if common is not None:
-        linked.append(_resolve(gitdir, common, write_dirs))
+        gitdirs.append(_resolve(gitdir, common, write_dirs))
+        linked.append(gitdirs[-1])
+    for directory in gitdirs:
+        linked += _symlinked(directory, write_dirs)
     return [path for path in linked if any(within(path, root) for root in write_dirs)]
+
+
+def _symlinked(gitdir: str, write_dirs: Sequence[str]) -> list[str]:
+    """Where the symlinks among ``gitdir``'s ``config``, ``config.worktree``, ``hooks`` and hooks lead (hooks kept
+    with the project are often linked there): the link is read-only with the git dir, its target is not.
+
+    Raises:
+        LaunchError: the way to a target passes a symlink in a write dir (see :func:`_resolve`).
+    """
+    hooks = os.path.join(gitdir, "hooks")
+    links = [os.path.join(gitdir, name) for name in ("config", "config.worktree", "hooks")]
+    if not os.path.islink(hooks):
+        try:
+            with os.scandir(hooks) as entries:
+                links += [entry.path for entry in entries]
+        except OSError:
+            pass  # no hooks directory (or not one): git runs no hook from it
+    return [_resolve(os.path.dirname(link), os.readlink(link), write_dirs) for link in links if os.path.islink(link)]
 
 
 def _pointer(path: str, prefix: bytes) -> str | None:
