@@ -237,6 +237,33 @@ def test_B08_07_what_a_git_dirs_config_and_hooks_symlinks_lead_to_stays_read_onl
     assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
 
 
+def test_B08_07_files_a_git_config_includes_and_its_hooks_path_stay_read_only(parent: str,
+                                                                             place: tuple[Path, Path]) -> None:
+    """``git config include.path ../.gitconfig`` (a project's shared config), an ``includeIf`` whatever its
+    condition, a nested include and ``core.hooksPath`` (relative to the work tree) make git obey files outside the
+    read-only ``.git``: where those lie in the write dir they are read-only, and a missing one is watched."""
+    proj, state = place
+    _git("init", "-q", str(proj / "app"))
+    _git("-C", str(proj / "app"), "config", "include.path", "../.gitconfig")
+    _git("-C", str(proj / "app"), "config", "includeIf.gitdir:/nowhere/.path", f"{proj}/app/later.gitconfig")
+    _git("-C", str(proj / "app"), "config", "core.hooksPath", ".githooks")
+    (proj / "app" / ".gitconfig").write_text('[include]\n\tpath = "conf/more.gitconfig" ; shared\n')
+    (proj / "app" / "conf").mkdir()
+    (proj / "app" / "conf" / "more.gitconfig").write_text("")
+    (proj / "app" / ".githooks").mkdir()
+    (proj / "app" / "notes.txt").write_text("")
+    _hand_over(proj, *_owners(parent))
+    protection = survey([str(proj)], PROTECTED_NAMES)
+    assert f"{proj}/app/later.gitconfig" in protection.absent
+    targets = {"included config": "app/.gitconfig", "nested include": "app/conf/more.gitconfig",
+               "hooks path": "app/.githooks/pre-commit", "ordinary file": "app/notes.txt"}
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)),
+                   ["/usr/bin/python3", "-c", APPEND_EACH,
+                    json.dumps({name: str(proj / path) for name, path in targets.items()})], state)
+    assert outcome.error is None, outcome
+    assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
+
+
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
     proj, state = place
     names = tuple(n for n in PROTECTED_NAMES if n != ".git")

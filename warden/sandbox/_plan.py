@@ -5,7 +5,8 @@ refuses (``LaunchError``) whatever would weaken the sandbox: binding ``/``, ``/p
 directory (except, read-only, the one package-store entry a server runs from), a read-only path inside a writable
 one, a mount point that would have to be created on the host.
 :func:`bwrap_args` renders a plan as bwrap's argument list. Both are pure apart from ``stat``/``realpath`` on
-the paths the policy names (and reading warden's own Landlock shim when that layer is asked for), so the rules
+the paths the policy names (and reading warden's own Landlock shim when that layer is asked for, and the write
+dirs' git pointers, with ``git config`` for a config that names a path: :func:`._protected.survey`), so the rules
 can be tested without starting anything.
 
 The rule that shapes the mount order (CVE-2026-87766 class, ``sandbox-and-audit.md`` B.2): bwrap creates mount

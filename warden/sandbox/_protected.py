@@ -21,7 +21,8 @@ name of the policy's ``protected_names`` stays read-only for the server:
 * **The git directory a ``.git`` leads to** is a protected entry too, where it lies in a write dir: a ``.git``
   *file* (``gitdir: PATH``, written by submodules, worktrees and ``--separate-git-dir``) and a git directory's
   ``commondir`` (a linked worktree's) make git read ``config`` and run ``hooks`` from there (:func:`_linked`), and
-  so does a symlinked ``config``, ``hooks`` or hook in a git directory: their targets are protected entries too.
+  so does a symlinked ``config``, ``hooks`` or hook in a git directory, a file its config includes and the
+  directory its ``core.hooksPath`` names (:func:`_config_links`): those are protected entries too.
 * **An entry that does not exist at launch** cannot be bound: its mount point would have to be created on the host,
   inside the write dir. warden watches for it instead (:func:`watch_planted`, every :data:`WATCH_INTERVAL`
   seconds, or more rarely for a large tree, and for a new ``.git`` as deep as the launch looked): if one appears
@@ -39,7 +40,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import shutil
 import stat
+import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, final
@@ -71,6 +74,15 @@ _NARROWER = ("grant a narrower write dir (the project itself), or leave .git out
 _POINTER_MAX: Final = 4 * 4096
 #: Symlinks followed on the way to a linked git directory, as the kernel's limit (ELOOP).
 _MAX_HOPS: Final = 40
+#: How deep git follows config includes (its ``MAX_INCLUDE_DEPTH``).
+_MAX_INCLUDE_DEPTH: Final = 10
+#: The config keys that name a file git reads or a directory whose programs it runs (``git config`` lowercases
+#: section and key names).
+_PATH_KEYS: Final = r"^(include(if\..*)?\.path|core\.hookspath)$"
+#: Bytes of a config file looked through for the word "path" before asking git (a longer one is always asked).
+_CONFIG_SCAN: Final = 1 << 20
+#: Where the git a user runs is installed (never a directory of PATH a project could put first).
+_SYSTEM_BIN: Final = "/usr/local/bin:/usr/bin:/bin"
 
 
 class Unsurveyable(LaunchError):
@@ -253,7 +265,62 @@ def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
         linked.append(gitdirs[-1])
     for directory in gitdirs:
         linked += _symlinked(directory, write_dirs)
+        for name in ("config", "config.worktree"):
+            linked += _config_links(os.path.join(directory, name), os.path.dirname(git), write_dirs)
     return [path for path in linked if any(within(path, root) for root in write_dirs)]
+
+
+def _config_links(config: str, worktree: str, write_dirs: Sequence[str], depth: int = 0) -> list[str]:
+    """The files the git config file ``config`` includes (``include.path``, and ``includeIf.*.path`` whatever its
+    condition), those they include in turn (as deep as git goes), and the hooks directory one names
+    (``core.hooksPath``, relative to the work tree ``worktree``): git obeys and runs what they hold.
+
+    git itself reads the file's keys (its quoting and continuation rules are git's to apply), with no repository
+    around it and only when the file mentions a path, so that an ordinary repository costs no process.
+
+    Raises:
+        LaunchError: git did not answer in time, or the way to a target passes a symlink in a write dir.
+    """
+    data = _read(config, _CONFIG_SCAN, follow=True)
+    git = shutil.which("git", path=_SYSTEM_BIN)
+    if data is None or (len(data) <= _CONFIG_SCAN and b"path" not in data.lower()) or git is None:
+        return []  # no config there, nothing it names, or no git on this host to obey it
+    try:
+        done = subprocess.run([git, "config", "--file", config, "--null", "--get-regexp", _PATH_KEYS],
+                              cwd="/", env={"LC_ALL": "C"}, capture_output=True, timeout=10, check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise LaunchError(f"git took too long to read {for_terminal(config)}",
+                          hint="look at that file; start the server again once git reads it") from exc
+    found: list[str] = []
+    for item in done.stdout.split(b"\0") if done.returncode == 0 else []:  # 1: no such key; else git refuses it
+        key, _, raw = item.partition(b"\n")
+        value = os.path.expanduser(os.fsdecode(raw)) if raw else ""
+        if not value:
+            continue
+        if key == b"core.hookspath":
+            found.append(_resolve(worktree, value, write_dirs))
+        elif key:
+            path = _resolve(os.path.dirname(config), value, write_dirs)
+            found.append(path)
+            if depth < _MAX_INCLUDE_DEPTH:
+                found += _config_links(path, worktree, write_dirs, depth + 1)
+    return found
+
+
+def _read(path: str, limit: int, *, follow: bool) -> bytes | None:
+    """Up to ``limit + 1`` bytes of the regular file ``path`` (a FIFO is not waited on); None if it is not one.
+
+    Raises:
+        LaunchError: ``path`` is a symlink and ``follow`` is false.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP and not follow:
+            raise _symlink(path) from exc
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read(limit + 1) if stat.S_ISREG(os.fstat(fd).st_mode) else None
 
 
 def _symlinked(gitdir: str, write_dirs: Sequence[str]) -> list[str]:
@@ -281,16 +348,9 @@ def _pointer(path: str, prefix: bytes) -> str | None:
     Raises:
         LaunchError: ``path`` is a symlink.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise _symlink(path) from exc
+    data = _read(path, _POINTER_MAX, follow=False)
+    if data is None:
         return None
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = handle.read(_POINTER_MAX + 1)
     data = data.split(b"\0", 1)[0].rstrip(b"\r\n")
     if len(data) > _POINTER_MAX or not data.startswith(prefix) or len(data) == len(prefix):
         return None
