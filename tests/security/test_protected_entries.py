@@ -454,3 +454,17 @@ def test_a_git_inside_another_protected_entry_is_read_only_through_it_and_no_pla
         f"{proj}/later/.git appeared while the server could write there; warden stopped the server because it may "
         "have planted it (programs on the host act on that entry by themselves). Look at it before you use that "
         "directory with git, an editor or an MCP host, then restart warden")
+
+
+def test_a_config_that_includes_itself_over_and_over_is_read_once(place: tuple[Path, Path]) -> None:
+    """git follows includes 10 deep: three self-includes a level would be 3^10 reads; each file is read once."""
+    proj, _state = place
+    _git("init", "-q", str(proj / "app"))
+    _git("-C", str(proj / "app"), "config", "include.path", "../.gitconfig")
+    (proj / "app" / ".gitconfig").write_text("[include]\n" + "\tpath = .gitconfig\n" * 3)
+
+    async def look() -> tuple[str, ...]:
+        with trio.fail_after(60):  # a hang bound: the survey takes milliseconds
+            return (await trio.to_thread.run_sync(survey, [str(proj)], PROTECTED_NAMES, abandon_on_cancel=True)).bound
+
+    assert f"{proj}/app/.gitconfig" in trio.run(look)

@@ -266,14 +266,15 @@ def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
     for directory in gitdirs:
         linked += _symlinked(directory, write_dirs)
         for name in ("config", "config.worktree"):
-            linked += _config_links(os.path.join(directory, name), os.path.dirname(git), write_dirs)
+            linked += _config_links(os.path.join(directory, name), os.path.dirname(git), write_dirs, set())
     return [path for path in linked if any(within(path, root) for root in write_dirs)]
 
 
-def _config_links(config: str, worktree: str, write_dirs: Sequence[str], depth: int = 0) -> list[str]:
+def _config_links(config: str, worktree: str, write_dirs: Sequence[str], seen: set[str], depth: int = 0) -> list[str]:
     """The files the git config file ``config`` includes (``include.path``, and ``includeIf.*.path`` whatever its
-    condition), those they include in turn (as deep as git goes), and the hooks directory one names
-    (``core.hooksPath``, relative to the work tree ``worktree``): git obeys and runs what they hold.
+    condition), those they include in turn (as deep as git goes; each file read once, whatever includes it again),
+    and the hooks directory one names (``core.hooksPath``, relative to the work tree ``worktree``): git obeys and
+    runs what they hold.
 
     git itself reads the file's keys (its quoting and continuation rules are git's to apply), with no repository
     around it and only when the file mentions a path, so that an ordinary repository costs no process.
@@ -281,6 +282,9 @@ def _config_links(config: str, worktree: str, write_dirs: Sequence[str], depth: 
     Raises:
         LaunchError: git did not answer in time, or the way to a target passes a symlink in a write dir.
     """
+    if config in seen:
+        return []
+    seen.add(config)
     data = _read(config, _CONFIG_SCAN, follow=True)
     git = shutil.which("git", path=_SYSTEM_BIN)
     if data is None or (len(data) <= _CONFIG_SCAN and b"path" not in data.lower()) or git is None:
@@ -303,7 +307,7 @@ def _config_links(config: str, worktree: str, write_dirs: Sequence[str], depth: 
             path = _resolve(os.path.dirname(config), value, write_dirs)
             found.append(path)
             if depth < _MAX_INCLUDE_DEPTH:
-                found += _config_links(path, worktree, write_dirs, depth + 1)
+                found += _config_links(path, worktree, write_dirs, seen, depth + 1)
     return found
 
 
