@@ -121,6 +121,7 @@ class Protection:
         for path in self.absent:
             if os.path.lexists(path):
                 return _reason(path)
+        bound = set(self.bound)
         for root in self.roots:
             try:
                 nested = _nested_git(root)
@@ -128,7 +129,7 @@ class Protection:
                 return (f"{exc.message}; warden stopped the server because it may have hidden a .git there. "
                         "Look at that directory before you use it with git, then restart warden")
             for path in nested:
-                if not any(within(path, entry) for entry in self.bound):  # one bound entry may hold another
+                if not _held(path, bound):
                     return _reason(path)
         return None
 
@@ -218,12 +219,21 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
                 for linked in _linked(path, stat.S_ISDIR(st.st_mode), write_dirs):
                     (bound if os.path.lexists(linked) else absent).append(linked)
     # An entry inside a bound directory is read-only through it already (a submodule's .git/modules/NAME).
-    directories = [path for path in bound if os.path.isdir(path)]
-    covered = {path for path in [*bound, *absent] if any(path != d and within(path, d) for d in directories)}
+    directories = {path for path in bound if os.path.isdir(path)}
+    kept = tuple(dict.fromkeys(p for p in bound if not _held(os.path.dirname(p), directories)))
+    watched = tuple(dict.fromkeys(p for p in absent if not _held(os.path.dirname(p), directories)))
     roots = tuple(write_dirs) if _GIT in names else ()
-    kept = tuple(dict.fromkeys(p for p in bound if p not in covered))
-    return Protection(bound=kept, identities=tuple(map(_identity, kept)),
-                      absent=tuple(dict.fromkeys(p for p in absent if p not in covered)), roots=roots)
+    return Protection(bound=kept, identities=tuple(map(_identity, kept)), absent=watched, roots=roots)
+
+
+def _held(path: str, entries: set[str]) -> bool:
+    """``path`` is one of ``entries`` or lies in one (a look up its parents, not through every entry)."""
+    while path not in entries:
+        parent = os.path.dirname(path)
+        if parent == path:
+            return False
+        path = parent
+    return True
 
 
 def _symlink(path: str) -> LaunchError:
