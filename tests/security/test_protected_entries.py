@@ -468,3 +468,20 @@ def test_a_config_that_includes_itself_over_and_over_is_read_once(place: tuple[P
             return (await trio.to_thread.run_sync(survey, [str(proj)], PROTECTED_NAMES, abandon_on_cancel=True)).bound
 
     assert f"{proj}/app/.gitconfig" in trio.run(look)
+
+
+def test_more_entries_than_warden_binds_refuse_the_launch_with_what_to_do(place: tuple[Path, Path],
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each bound entry is a descriptor held open and a mount: past ``MAX_BOUND`` the launch is refused up front
+    (before: a write dir of 2 000 repositories failed with "changed while the sandbox was being set up (Too many
+    open files)" under a soft limit of 1024 descriptors)."""
+    proj, _state = place
+    monkeypatch.setattr(_protected, "MAX_BOUND", 4)
+    for name in ("r1", "r2"):
+        (proj / name / ".git").mkdir(parents=True)
+    with pytest.raises(LaunchError) as refused:
+        survey([str(proj)], PROTECTED_NAMES)
+    assert refused.value.message == "the write dirs hold 5 protected entries (.git and what git follows from one), " \
+                                    "more than the 4 warden binds read-only for one server"
+    assert refused.value.hint == "grant a narrower write dir (the project itself), or leave .git out of the " \
+                                 "server's sandbox.protected_names if the server must write it"

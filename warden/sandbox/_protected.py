@@ -53,8 +53,8 @@ from warden.errors import LaunchError
 from warden.escape import for_terminal
 from warden.paths import within
 
-__all__ = ["GIT_DEPTH", "GIT_SCAN_LIMIT", "WATCH_INTERVAL", "PlantGuard", "Protection", "Unsurveyable", "Watch",
-           "open_protected", "survey", "wait_watching"]
+__all__ = ["GIT_DEPTH", "GIT_SCAN_LIMIT", "MAX_BOUND", "WATCH_INTERVAL", "PlantGuard", "Protection", "Unsurveyable",
+           "Watch", "open_protected", "survey", "wait_watching"]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +68,9 @@ GIT_DEPTH: Final = 4
 #: The most directory entries one look for a ``.git`` lists (a 4-level tree of a large project lists a few ten
 #: thousand; the look lists 200 000 in about 0.2 s on a warm cache, 50 000 files in 0.2 s on a cold one).
 GIT_SCAN_LIMIT: Final = 200_000
+#: The most entries one launch binds read-only: each is a descriptor warden holds open while bwrap starts (a soft
+#: RLIMIT_NOFILE is often 1024) and a mount bwrap makes (2 000 take it about 9 s).
+MAX_BOUND: Final = 512
 _NARROWER = ("grant a narrower write dir (the project itself), or leave .git out of the server's "
              "sandbox.protected_names if the server must write it")
 #: The most bytes git reads of a gitfile (``PATH_MAX * 4``); it refuses a longer one, and so is it inert.
@@ -198,7 +201,8 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
 
     Raises:
         LaunchError: a protected entry, or a symlink on the way to a linked git directory, is a symlink (its
-            target could not be kept read-only).
+            target could not be kept read-only); or there are more than :data:`MAX_BOUND` entries to bind.
+        Unsurveyable: see :func:`_nested_git`.
     """
     bound: list[str] = []
     absent: list[str] = []
@@ -222,6 +226,9 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
     directories = {path for path in bound if os.path.isdir(path)}
     kept = tuple(dict.fromkeys(p for p in bound if not _held(os.path.dirname(p), directories)))
     watched = tuple(dict.fromkeys(p for p in absent if not _held(os.path.dirname(p), directories)))
+    if len(kept) > MAX_BOUND:
+        raise LaunchError(f"the write dirs hold {len(kept)} protected entries (.git and what git follows from "
+                          f"one), more than the {MAX_BOUND} warden binds read-only for one server", hint=_NARROWER)
     roots = tuple(write_dirs) if _GIT in names else ()
     return Protection(bound=kept, identities=tuple(map(_identity, kept)), absent=watched, roots=roots)
 
