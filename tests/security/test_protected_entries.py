@@ -264,6 +264,30 @@ def test_B08_07_files_a_git_config_includes_and_its_hooks_path_stay_read_only(pa
     assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
 
 
+def test_B08_07_a_bare_repository_in_a_write_dir_stays_read_only(parent: str, place: tuple[Path, Path]) -> None:
+    """A bare repository (a local remote: a push to it runs its hooks; git run inside it obeys its config) is a
+    git directory without a ``.git`` name: it is bound like one, and one that appears is a planted entry."""
+    proj, state = place
+    _git("init", "-q", "--bare", str(proj / "remotes" / "site.git"))
+    (proj / "remotes" / "notes.txt").write_text("")
+    _hand_over(proj, *_owners(parent))
+    targets = {"bare config": "remotes/site.git/config", "bare hook": "remotes/site.git/hooks/post-receive",
+               "ordinary file": "remotes/notes.txt"}
+    outcome = _run(parent, SandboxSettings(write_dirs=(str(proj),)),
+                   ["/usr/bin/python3", "-c", APPEND_EACH,
+                    json.dumps({name: str(proj / path) for name, path in targets.items()})], state)
+    assert outcome.error is None, outcome
+    assert json.loads(outcome.stdout) == {**dict.fromkeys(targets, "EROFS"), "ordinary file": "ok"}
+    protection = survey([str(proj)], PROTECTED_NAMES)
+    assert protection.planted() is None
+    for name in ("HEAD", "objects", "refs"):
+        (proj / "a" / "b" / "new.git" / name).mkdir(parents=True)
+    assert protection.planted() == (
+        f"{proj}/a/b/new.git appeared while the server could write there; warden stopped the server because it may "
+        "have planted it (programs on the host act on that entry by themselves). Look at it before you use that "
+        "directory with git, an editor or an MCP host, then restart warden")
+
+
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
     proj, state = place
     names = tuple(n for n in PROTECTED_NAMES if n != ".git")

@@ -5,9 +5,9 @@ A write dir is usually a project, and a project holds files that programs on the
 its own code on the host, outside any sandbox, the next time a shell prompt runs ``git status`` there. So every
 name of the policy's ``protected_names`` stays read-only for the server:
 
-* **An entry that exists at launch** directly in a write dir, or a ``.git`` up to :data:`GIT_DEPTH` levels down
-  (``PROJECT/.git`` of a write dir holding several projects, ``vendor/lib/.git``, a submodule's), is bound
-  read-only over itself (``--ro-bind-fd``). The bind's source is an
+* **An entry that exists at launch** directly in a write dir, or a ``.git`` or bare repository up to
+  :data:`GIT_DEPTH` levels down (``PROJECT/.git`` of a write dir holding several projects, ``vendor/lib/.git``, a
+  submodule's, ``remotes/site.git``), is bound read-only over itself (``--ro-bind-fd``). The bind's source is an
   ``O_PATH`` descriptor opened component by component without following symlinks, so nothing the sandbox planted
   can make bwrap bind another host path; a protected entry that *is* a symlink is refused, since its target
   cannot be kept read-only. These are the only mount points the plan puts inside a writable directory, against
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 #: Seconds between two looks for a protected entry that appeared.
 WATCH_INTERVAL: Final = 0.5
 _GIT = ".git"
+#: What makes a directory a git directory to git (``is_git_directory``: a bare repository, whatever its name).
+_BARE_MARKS: Final = frozenset({"HEAD", "objects", "refs"})
 #: How far below a write dir a ``.git`` is looked for: ``ROOT/a/b/c/d/.git``. Projects nest repositories a few
 #: levels down (vendored code, submodules, a directory of checkouts); a ``.git`` deeper than that is a place a
 #: user seldom runs git in, and looking deeper costs every launch and every watch a walk of the whole tree.
@@ -155,9 +157,11 @@ def _reason(path: str) -> str:
 
 
 def _nested_git(root: str) -> list[str]:
-    """``DIR/.git`` for every directory ``DIR`` below ``root``, down to :data:`GIT_DEPTH` levels, that has one.
+    """``DIR/.git`` for every directory ``DIR`` below ``root``, down to :data:`GIT_DEPTH` levels, that has one, and
+    every bare repository there (a directory holding ``HEAD``, ``objects`` and ``refs``, as git recognises one):
+    a push to it runs its hooks, and git run inside it obeys its config.
 
-    Symlinks are not followed and no ``.git`` is entered (what it holds is read-only with it). The look lists
+    Symlinks are not followed and no git directory is entered (what it holds is read-only with it). The look lists
     only directories above the last level (there one ``lstat`` per directory is enough), and never more than
     :data:`GIT_SCAN_LIMIT` entries.
 
@@ -172,6 +176,8 @@ def _nested_git(root: str) -> list[str]:
     for _depth in range(GIT_DEPTH):
         below: list[str] = []
         for directory in level:
+            subdirectories: list[str] = []
+            marks = 0
             try:
                 with os.scandir(directory) as entries:
                     for entry in entries:
@@ -181,13 +187,18 @@ def _nested_git(root: str) -> list[str]:
                                 f"{for_terminal(root)} holds more than {GIT_SCAN_LIMIT} entries within {GIT_DEPTH} "
                                 "levels, too many to look through for a .git (each one there is kept read-only)",
                                 hint=_NARROWER)
+                        marks += entry.name in _BARE_MARKS
                         if entry.name != _GIT and entry.is_dir(follow_symlinks=False):
-                            below.append(entry.path)
+                            subdirectories.append(entry.path)
             except (FileNotFoundError, NotADirectoryError):
                 continue  # gone since it was listed: nothing in it reaches the host's tools
             except OSError as exc:
                 raise Unsurveyable(f"cannot list {for_terminal(directory)} ({exc.strerror}), so warden cannot see "
                                    "whether it holds a .git", hint="restore its permissions, or " + _NARROWER) from exc
+            if marks == len(_BARE_MARKS) and directory != root:
+                found.append(directory)
+            else:
+                below += subdirectories
         found += [os.path.join(d, _GIT) for d in below if os.path.lexists(os.path.join(d, _GIT))]
         level = below
     return found
@@ -207,10 +218,9 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
     bound: list[str] = []
     absent: list[str] = []
     for root in write_dirs:
-        candidates = [os.path.join(root, name) for name in names]
-        if _GIT in names:
-            candidates += _nested_git(root)
-        for path in candidates:
+        nested = _nested_git(root) if _GIT in names else []
+        git_dirs = set(nested)
+        for path in [*(os.path.join(root, name) for name in names), *nested]:
             try:
                 st = os.lstat(path)
             except FileNotFoundError:
@@ -219,7 +229,7 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
             if stat.S_ISLNK(st.st_mode):
                 raise _symlink(path)
             bound.append(path)
-            if os.path.basename(path) == _GIT:
+            if os.path.basename(path) == _GIT or path in git_dirs:
                 for linked in _linked(path, stat.S_ISDIR(st.st_mode), write_dirs):
                     (bound if os.path.lexists(linked) else absent).append(linked)
     # An entry inside a bound directory is read-only through it already (a submodule's .git/modules/NAME).
@@ -252,9 +262,9 @@ def _symlink(path: str) -> LaunchError:
 
 
 def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
-    """The git directories git uses for the repository of ``git`` (a ``.git`` entry) besides ``git`` itself, and
-    where their symlinks lead (:func:`_symlinked`), where those lie in a write dir: a server that could write one
-    would write that repository's ``config`` and ``hooks``.
+    """The git directories git uses for the repository of ``git`` (a ``.git`` entry or a bare repository) besides
+    ``git`` itself, and where their symlinks lead (:func:`_symlinked`), where those lie in a write dir: a server
+    that could write one would write that repository's ``config`` and ``hooks``.
 
     A ``.git`` *file* (a gitfile, ``gitdir: PATH``: submodules, ``git init --separate-git-dir``, worktrees) names
     the git directory; a git directory's ``commondir`` file (a linked worktree's) names the one holding ``config``
@@ -280,10 +290,11 @@ def _linked(git: str, is_dir: bool, write_dirs: Sequence[str]) -> list[str]:
     if common is not None:
         gitdirs.append(_resolve(gitdir, common, write_dirs))
         linked.append(gitdirs[-1])
+    worktree = os.path.dirname(git) if os.path.basename(git) == _GIT else git  # a bare repository runs hooks in itself
     for directory in gitdirs:
         linked += _symlinked(directory, write_dirs)
         for name in ("config", "config.worktree"):
-            linked += _config_links(os.path.join(directory, name), os.path.dirname(git), write_dirs, set())
+            linked += _config_links(os.path.join(directory, name), worktree, write_dirs, set())
     return [path for path in linked if any(within(path, root) for root in write_dirs)]
 
 
