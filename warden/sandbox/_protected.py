@@ -158,8 +158,8 @@ def _reason(path: str) -> str:
 
 def _nested_git(root: str) -> list[str]:
     """``DIR/.git`` for every directory ``DIR`` below ``root``, down to :data:`GIT_DEPTH` levels, that has one, and
-    every bare repository there (a directory holding ``HEAD``, ``objects`` and ``refs``, as git recognises one):
-    a push to it runs its hooks, and git run inside it obeys its config.
+    every bare repository among the directories listed on the way (those above the last level; one holds ``HEAD``,
+    ``objects`` and ``refs``, as git recognises it): a push to it runs its hooks, git run inside it obeys its config.
 
     Symlinks are not followed and no git directory is entered (what it holds is read-only with it). The look lists
     only directories above the last level (there one ``lstat`` per directory is enough), and never more than
