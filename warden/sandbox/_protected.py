@@ -475,11 +475,11 @@ async def watch_planted(protection: Protection, guard: PlantGuard, stop: Callabl
     """Look for a planted entry every :data:`WATCH_INTERVAL` seconds until one appears, then trip ``guard`` and
     ``stop(reason)`` (which must kill the whole sandbox). Runs until cancelled otherwise.
 
-    A look that took long (a large tree) is followed by a pause four times as long, so that the watch costs a
-    server's host at most a fifth of a core, whatever the write dir holds."""
+    A look that took long (a large tree) is followed by a pause nine times as long, so that the watch costs a
+    server's host at most a tenth of a core, whatever the write dir holds (it runs for as long as the server)."""
     took = 0.0
     while True:
-        await trio.sleep(max(WATCH_INTERVAL, 4 * took))
+        await trio.sleep(max(WATCH_INTERVAL, 9 * took))
         began = trio.current_time()
         reason = await trio.to_thread.run_sync(protection.planted, abandon_on_cancel=True)
         took = trio.current_time() - began
