@@ -20,6 +20,7 @@ from tests.support import PYTHON, WARDEN, sandbox_writable
 from warden.cli import build_parser
 from warden.cli.run import run_command
 from warden.escape import char_class
+from warden.hostconfig import strip_jsonc
 from warden.secrets import SecretStore
 
 TOKEN = "ghp_canaryTOKEN0123456789abcdef"
@@ -43,9 +44,9 @@ _HOST_KEYS = {
 
 
 def host_reads(host: str, raw: bytes) -> dict[str, dict[str, Any]]:
-    """The servers a host starts from ``raw``: strict JSON (VS Code's JSONC reader accepts strict JSON too),
-    each stdio entry a command string, args a list of strings, env an object of strings; VS Code requires type."""
-    doc = json.loads(raw)
+    """The servers a host starts from ``raw``: strict JSON (VS Code's: JSON with comments), each stdio entry a
+    command string, args a list of strings, env an object of strings; VS Code requires type."""
+    doc = json.loads(strip_jsonc(raw.decode()) if host == "vscode" else raw)
     tables = [doc["servers" if host == "vscode" else "mcpServers"]]
     if host == "claude-code":
         tables += [p["mcpServers"] for p in doc.get("projects", {}).values() if "mcpServers" in p]
@@ -242,7 +243,10 @@ def test_vscode_jsonc_inputs_and_workspace_folder(home: Path, isolated_env: Path
     servers = host_reads("vscode", path.read_bytes())
     assert servers["fs"]["type"] == "stdio"
     assert servers["gh"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${input:tok}"}
-    assert json.loads(path.read_bytes())["inputs"][0]["id"] == "tok"
+    after = path.read_text()
+    assert after.startswith(raw.decode().split('"fs"')[0]), "comments, inputs and layout before the entries stay"
+    assert after.endswith("\n  },\n}\n"), "and the trailing commas after them"
+    assert "    /* a server with a prompted token */\n    \"gh\": {" in after
     table = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())["servers"]
     assert table["fs"]["sandbox"] == {"write_dirs": [str(project)]}
     assert table["fs"]["args"][-1] == str(project)

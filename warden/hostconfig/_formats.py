@@ -36,11 +36,15 @@ from typing import Any, Final, Literal, final
 
 from warden.errors import ConfigError
 
-__all__ = ["HOSTS", "REMOVED", "HostEntry", "HostFile", "HostKind", "Renamed", "default_paths", "detect_host",
-           "dump_host_document", "host_reference", "parse_host_file", "replace_entries", "strip_jsonc"]
+__all__ = ["HOSTS", "JSONC_HOSTS", "REMOVED", "HostEntry", "HostFile", "HostKind", "Renamed", "default_paths",
+           "detect_host", "dump_host_document", "host_reference", "no_duplicates", "parse_host_file",
+           "replace_entries", "strip_jsonc"]
 
 HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "mcp-json"]
 HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "mcp-json")
+JSONC_HOSTS: Final[frozenset[HostKind]] = frozenset({"vscode"})
+"""The hosts that read their file as JSON with comments: read with :func:`strip_jsonc`, and rewritten in place
+(``_jsonc``) so the user's comments stay."""
 MAX_HOST_FILE: Final = 64 << 20
 """``~/.claude.json`` keeps Claude Code's project history and grows to megabytes; far below this."""
 
@@ -208,7 +212,8 @@ def strip_jsonc(text: str) -> str:
     return "".join(out)
 
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An ``object_pairs_hook`` refusing a key twice in one object (hosts keep the last one silently)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
@@ -353,13 +358,13 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
                                "NAME`; nothing was written")
     guess = host or detect_host(path)
     try:
-        body = strip_jsonc(text) if guess == "vscode" else text
-        doc = json.loads(body, object_pairs_hook=_no_duplicates)
+        body = strip_jsonc(text) if guess in JSONC_HOSTS else text
+        doc = json.loads(body, object_pairs_hook=no_duplicates)
     except _Duplicate as exc:
         raise ConfigError(f"{path}: the key {exc.key!r} appears twice in one object (the host would keep only the "
                           "last)", hint=f"remove or rename one of them in {path}; nothing was written") from exc
     except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path}: not valid JSON{' with comments' if guess == 'vscode' else ''}: {exc}",
+        raise ConfigError(f"{path}: not valid JSON{' with comments' if guess in JSONC_HOSTS else ''}: {exc}",
                           hint=f"fix the syntax of {path} (the host cannot read it either); nothing was "
                                "written") from exc
     if not isinstance(doc, dict):
@@ -380,7 +385,7 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
 
 def dump_host_document(host_file: HostFile, doc: Mapping[str, Any]) -> bytes:
     """``doc`` written as the file was: same indent, non-ASCII kept, a final newline if the original had one.
-    Comments of a VS Code file do not survive (``--undo`` restores the original bytes, comments included)."""
+    For the files without comments: those with them are edited in place (``_jsonc``)."""
     text = json.dumps(doc, indent=host_file.indent if host_file.indent is not None else 2, ensure_ascii=False)
     if host_file.raw.endswith(b"\n"):
         text += "\n"

@@ -40,6 +40,7 @@ from typing import Any, Final, Literal, final
 from warden.errors import ConfigError
 from warden.escape import char_class
 from warden.hostconfig._formats import (
+    JSONC_HOSTS,
     REMOVED,
     HostEntry,
     HostFile,
@@ -48,6 +49,7 @@ from warden.hostconfig._formats import (
     host_reference,
     replace_entries,
 )
+from warden.hostconfig._jsonc import rewrite_jsonc_file
 from warden.policy import PROTECTED_NAMES
 from warden.secrets import MIN_SECRET_LENGTH, looks_secret
 
@@ -716,7 +718,12 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
     host_after = {}
     for f in files:
         mine = replacements[f.path]
-        host_after[f.path] = dump_host_document(f, replace_entries(f.doc, mine)) if mine else f.raw
+        if not mine:
+            host_after[f.path] = f.raw
+            continue
+        doc = replace_entries(f.doc, mine)
+        host_after[f.path] = rewrite_jsonc_file(f, mine, doc) if f.host in JSONC_HOSTS else \
+            dump_host_document(f, doc)
     return ImportPlan(files=tuple(files), servers=tuple(servers), config_path=config_path,
                       config_before=config_before, config_after=after, host_after=host_after,
                       notes=tuple(skipped))
