@@ -96,10 +96,61 @@ def test_any_entry_value_parses_or_raises_config_error(entry: dict[str, object])
     ("/h/.cursor/mcp.json", {}, "cursor"),
     ("/p/.vscode/mcp.json", {}, "vscode"),
     ("/any/servers.json", {"servers": {}}, "vscode"),
+    ("/h/.config/zed/settings.json", {}, "zed"),
+    ("/p/.zed/settings.json", {}, "zed"),
+    ("/any/editor.json", {"context_servers": {}}, "zed"),
     ("/any/servers.json", {"mcpServers": {}}, "mcp-json"),
 ])
 def test_host_is_detected_by_place_then_content(path: str, doc: dict[str, object], host: str) -> None:
     assert detect_host(Path(path), doc) == host
+
+
+_ZED = """// Zed settings
+{
+  "theme": "One Dark",
+  "context_servers": {
+    "time": {"source": "custom", "enabled": false, "command": "uvx", "args": ["mcp-server-time"], "env": {}},
+    "older": {"command": {"path": "/usr/bin/node", "args": ["/srv/s.js"], "env": {"MODE": "ro"}}, "settings": {}},
+    "docs": {"url": "https://docs.example/mcp", "headers": {"X-Team": "a"}, "timeout": 30},
+    "postgres": {"settings": {"database_url": "postgresql://localhost/db"}},
+  },
+}
+"""
+
+
+def test_zed_context_servers_are_read_in_both_shapes_and_extension_servers_are_left() -> None:
+    """Zed's settings.json was refused as a whole. Now its context_servers are read: the flat shape, the older
+    command object, a remote one; an extension's server (no command, no url) is left with a note."""
+    path = Path("/h/.config/zed/settings.json")
+    f = parse_host_file(_ZED.encode(), path, home=Path("/h"))
+    assert f.host == "zed"
+    assert [(e.where, e.command, e.args, dict(e.env), e.url, dict(e.headers), dict(e.settings)) for e in f.entries] == [
+        (("context_servers", "time"), "uvx", ("mcp-server-time",), {}, None, {}, {"source": "custom",
+                                                                                 "enabled": False}),
+        (("context_servers", "older"), "/usr/bin/node", ("/srv/s.js",), {"MODE": "ro"}, None, {}, {}),
+        (("context_servers", "docs"), None, (), {}, "https://docs.example/mcp", {"X-Team": "a"}, {"timeout": 30})]
+    assert f.left == (f"{path}: context_servers.postgres: a Zed extension's server (no command or url here: Zed "
+                      "starts it itself), so not under warden; left as it is",)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"command": "x", "args": [], "remote": True},
+     "remote is true: Zed starts it on the machine of a remote project, where this warden does not run; import it "
+     "with the warden on that machine, or set remote to false"),
+    ({"command": "x", "args": [], "source": "extension"},
+     "source is 'extension'; Zed's settings name a server's source \"custom\" or none"),
+    ({"command": "x", "args": [], "enabled": "yes"}, "enabled must be true or false"),
+    ({"command": {"path": "x", "args": []}, "settings": {"k": 1}},
+     "a command object takes path, args and env only, beside an empty settings"),
+    ({"command": "x", "args": [], "cwd": "/p"},
+     "unknown key 'cwd' (Zed entries have: args, command, enabled, env, headers, remote, source, timeout, url)"),
+])
+def test_zed_entry_warden_cannot_keep_as_zed_runs_it_is_refused(entry: dict[str, object], message: str) -> None:
+    path = Path("/h/.config/zed/settings.json")
+    raw = json.dumps({"context_servers": {"s": entry}}).encode()
+    with pytest.raises(ConfigError) as refused:
+        parse_host_file(raw, path, home=Path("/h"))
+    assert str(refused.value) == f"{path}: context_servers.s: {message}"
 
 
 def test_duplicate_key_is_refused_naming_it() -> None:

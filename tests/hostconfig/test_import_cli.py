@@ -255,6 +255,62 @@ def test_vscode_jsonc_inputs_and_workspace_folder(home: Path, isolated_env: Path
     assert path.read_bytes() == raw, "comments and trailing commas come back with the original bytes"
 
 
+_ZED_SETTINGS = """// Zed settings
+//
+// For information on how to configure Zed, see the Zed
+// documentation: https://zed.dev/docs/configuring-zed
+{
+  "theme": "One Dark", // the light one hurts at night
+  "vim_mode": true,
+  "context_servers": {
+    // the time server, from PyPI
+    "time": {
+      "source": "custom",
+      "command": "uvx",
+      "args": ["mcp-server-time", "--local-timezone=UTC"],
+      "env": {"DEBUG": "1"}
+    },
+    "github": {"command": {"path": "npx", "args": ["-y", "@modelcontextprotocol/server-github"],
+                           "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "@TOKEN@"}}, "settings": {}},
+    "postgres": {"settings": {"database_url": "postgresql://localhost/app"}}, // from the extension
+  },
+  /* fonts */
+  "buffer_font_size": 15,
+}
+""".replace("@TOKEN@", TOKEN)
+
+
+def test_zed_settings_import_rewrites_only_its_context_servers_then_undo(home: Path, isolated_env: Path) -> None:
+    """Zed's settings.json was refused ("warden import does not read it"), so a Zed user's servers ran unsandboxed.
+    Now it is found at its usual place and only the command-started entries of context_servers change (both of
+    Zed's shapes, rewritten in the current one); every other setting and every comment stays, an extension's server
+    is left with a note, and --undo restores the bytes."""
+    path = home / ".config" / "zed" / "settings.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(_ZED_SETTINGS)
+    config = Path(os.environ["WARDEN_CONFIG"])
+    r = warden(home, "import")
+    assert r.returncode == 0, r.stderr
+    assert f"note: {path}: context_servers.postgres: a Zed extension's server (no command or url here: Zed starts " \
+           "it itself), so not under warden; left as it is" in r.stdout
+    after = path.read_text()
+    assert TOKEN not in after
+    servers = json.loads(strip_jsonc(after))["context_servers"]
+    for name in ("time", "github"):
+        assert_starts_warden(servers[name], name, config, isolated_env)
+    entries = after[after.index('    "time": {'):after.index('    "postgres"')]
+    assert after == _ZED_SETTINGS.replace(_ZED_SETTINGS[_ZED_SETTINGS.index('    "time": {'):
+                                                        _ZED_SETTINGS.index('    "postgres"')], entries)
+    assert servers["time"]["source"] == "custom"
+    assert set(servers["github"]) == {"command", "args"}
+    table = tomllib.loads(config.read_text())["servers"]
+    assert table["time"] == {"command": "uvx", "args": ["mcp-server-time", "--local-timezone=UTC"],
+                             "env": {"DEBUG": "1"}}
+    assert table["github"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "${secret:github.GITHUB_PERSONAL_ACCESS_TOKEN}"}
+    assert warden(home, "import", "--undo").returncode == 0
+    assert path.read_text() == _ZED_SETTINGS
+
+
 def test_cursor_file(home: Path, isolated_env: Path) -> None:
     path = home / ".cursor" / "mcp.json"
     path.parent.mkdir()
@@ -486,32 +542,15 @@ mcpServers:
     args:
       - mcp-server-time
 """
-_ZED = b"""// Zed settings
-{
-  "theme": "One Dark",
-  "context_servers": {
-    "time": {
-      "source": "custom",
-      "command": "uvx",
-      "args": ["mcp-server-time"],
-      "env": {}
-    },
-  },
-}
-"""
-
-
 @pytest.mark.parametrize(("where", "raw", "what"), [
     (".continue/config.yaml", _CONTINUE, "a YAML file (Continue's format)"),
     (".continue/mcpServers/time.yml", _CONTINUE, "a YAML file (Continue's format)"),
-    (".config/zed/settings.json", _ZED, "Zed's settings (its context_servers)"),
-    ("project/.zed/settings.json", _ZED, "Zed's settings (its context_servers)"),
 ])
 def test_a_host_file_import_does_not_read_is_named_with_what_to_do(home: Path, isolated_env: Path, where: str,
                                                                    raw: bytes, what: str) -> None:
-    """Continue's YAML and Zed's settings.json (JSON with comments) were refused as "not valid JSON ... fix the
-    syntax (the host cannot read it either)": wrong, the host reads them, and the user was sent to break a good
-    file. Now the refusal names the format and says how to put its servers under warden."""
+    """Continue's YAML was refused as "not valid JSON ... fix the syntax (the host cannot read it either)": wrong,
+    the host reads it, and the user was sent to break a good file. Now the refusal names the format and says how
+    to put its servers under warden."""
     path = home / where
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(raw)
@@ -520,7 +559,7 @@ def test_a_host_file_import_does_not_read_is_named_with_what_to_do(home: Path, i
     assert r.returncode == 2
     assert r.stderr.splitlines() == [
         f"warden: error: {path}: {what}, which warden import does not read (it reads the JSON files of Claude "
-        "Desktop, Claude Code, Cursor, VS Code, Windsurf and Cline)",
+        "Desktop, Claude Code, Cursor, VS Code, Windsurf, Cline and Zed)",
         "warden: hint: add each of its servers to warden's config by hand, as a [servers.NAME] table with its "
         "command, args and env, and change the host's entry to start `warden run --name NAME`; nothing was written"]
     assert snapshot(home) == before

@@ -1,6 +1,6 @@
 """The host configuration files warden imports from, read and written the way each host reads them.
 
-Four hosts, one entry shape each (checked against each host's documented schema; keys a host does not define are
+The hosts, one entry shape each (checked against each host's documented schema; keys a host does not define are
 an error naming the key, never silently dropped):
 
 * ``claude-desktop``: ``~/.config/Claude/claude_desktop_config.json``; ``mcpServers``; command, args, env.
@@ -11,14 +11,20 @@ an error naming the key, never silently dropped):
 * ``vscode``: ``.vscode/mcp.json`` and ``~/.config/Code/User/mcp.json`` (JSON with comments); ``servers``; type
   (required), command, args, env, url, headers; a top-level ``inputs`` list (``envFile``, ``cwd``, ``dev`` are
   refused with what to do instead).
+* ``zed``: ``~/.config/zed/settings.json`` and a project's ``.zed/settings.json`` (JSON with comments, and mostly
+  the user's other settings); ``context_servers``; command (a string, or Zed's older ``{"path", "args", "env"}``
+  object beside an empty ``settings``), args, env, url, headers, and Zed's own enabled, remote, timeout, source
+  (kept). An entry with no command and no url is a Zed extension's server, which Zed starts itself: left as it is,
+  with a note.
 * ``mcp-json``, the common format, also at Windsurf's ``~/.codeium/windsurf/mcp_config.json`` and Cline's
   ``cline_mcp_settings.json`` (under VS Code's ``globalStorage/saoudrizwan.claude-dev/settings``).
 
-Any other path is read by its content: a ``servers`` object makes it VS Code's format, ``mcpServers`` the common
-one (the union of Claude Code's and Cursor's keys, and what Windsurf's ``mcp_config.json`` and Cline's
-``cline_mcp_settings.json`` add: ``serverUrl`` for a remote entry's url, and the host's own settings about an entry,
-:data:`_HOST_SETTINGS`, which the rewritten entry keeps). Everything outside the server entries (Claude Code's history,
-Claude Desktop's preferences, VS Code's ``inputs``) is kept as it is: a rewrite changes only the entries.
+Any other path is read by its content: a ``servers`` object makes it VS Code's format, ``context_servers`` Zed's,
+``mcpServers`` the common one (the union of Claude Code's and Cursor's keys, and what Windsurf's ``mcp_config.json``
+and Cline's ``cline_mcp_settings.json`` add: ``serverUrl`` for a remote entry's url, and the host's own settings
+about an entry, :data:`_HOST_SETTINGS`, which the rewritten entry keeps). Everything outside the server entries
+(Claude Code's history, Claude Desktop's preferences, VS Code's ``inputs``, Zed's other settings) is kept as it is:
+a rewrite changes only the entries (in a JSON-with-comments file, only their bytes: ``_jsonc``).
 
 Strings in entries may hold the host's own references (Claude Code ``${VAR}`` / ``${VAR:-default}``, Cursor and VS
 Code ``${env:VAR}``, VS Code ``${input:id}``); the importer keeps those for the host to expand
@@ -40,9 +46,9 @@ __all__ = ["HOSTS", "JSONC_HOSTS", "REMOVED", "HostEntry", "HostFile", "HostKind
            "detect_host", "dump_host_document", "host_reference", "no_duplicates", "parse_host_file",
            "replace_entries", "strip_jsonc"]
 
-HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "mcp-json"]
-HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "mcp-json")
-JSONC_HOSTS: Final[frozenset[HostKind]] = frozenset({"vscode"})
+HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "zed", "mcp-json"]
+HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "zed", "mcp-json")
+JSONC_HOSTS: Final[frozenset[HostKind]] = frozenset({"vscode", "zed"})
 """The hosts that read their file as JSON with comments: read with :func:`strip_jsonc`, and rewritten in place
 (``_jsonc``) so the user's comments stay."""
 MAX_HOST_FILE: Final = 64 << 20
@@ -54,14 +60,20 @@ _HOST_SETTINGS: Final = frozenset({"disabled", "disabledTools", "alwaysAllow", "
 """Windsurf's and Cline's keys for what the host itself does with a server (whether to start it, which tools to
 offer or run unasked, how long to wait), not how to start it: carried over unchanged into the rewritten entry, so
 a ``"disabled": true`` entry stays disabled (and, once enabled, starts under warden)."""
+_ZED_SETTINGS: Final = frozenset({"enabled", "remote", "timeout", "source"})
+"""Zed's keys for what it does with a server, kept the same way (``source`` is the older files' ``"custom"``)."""
+_KEPT: Final[Mapping[HostKind, frozenset[str]]] = {"mcp-json": _HOST_SETTINGS, "zed": _ZED_SETTINGS}
 _ENTRY_KEYS: Final[Mapping[HostKind, frozenset[str]]] = {
     "claude-desktop": _STDIO_KEYS,
     "claude-code": _STDIO_KEYS | {"type", "url", "headers"},
     "cursor": _STDIO_KEYS | {"type", "url", "headers"},
     "vscode": _STDIO_KEYS | {"type", "url", "headers"},
+    "zed": _STDIO_KEYS | {"url", "headers"} | _ZED_SETTINGS,
     "mcp-json": _STDIO_KEYS | {"type", "url", "headers", "serverUrl"} | _HOST_SETTINGS,
 }
 _TYPES: Final = ("stdio", "http", "sse")
+_SERVERS_KEY: Final[Mapping[HostKind, str]] = {"vscode": "servers", "zed": "context_servers"}
+"""Where a host keeps its servers, when not in ``mcpServers``."""
 # Keys the host defines that warden does not carry over, and what to do instead.
 _ENV_FILE: Final = ("the variables of an env file would not be kept in warden's secrets store; move them into the "
                     "entry's env (import then moves their values into the store) and remove envFile")
@@ -76,12 +88,13 @@ _NOT_IMPORTED: Final[Mapping[HostKind, Mapping[str, str]]] = {
 }
 _HOST_NAMES: Final[Mapping[HostKind, str]] = {
     "claude-desktop": "Claude Desktop", "claude-code": "Claude Code", "cursor": "Cursor", "vscode": "VS Code",
-    "mcp-json": "an mcpServers file"}
+    "zed": "Zed", "mcp-json": "an mcpServers file"}
 _REFERENCE: Final[Mapping[HostKind, re.Pattern[str]]] = {
     "claude-desktop": re.compile(r"(?!)"),  # Claude Desktop expands nothing
     "claude-code": re.compile(r"\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"),
     "cursor": re.compile(r"\$\{env:[A-Za-z_][A-Za-z0-9_]*\}"),
     "vscode": re.compile(r"\$\{[^}]+\}"),  # ${env:X}, ${input:id}, ${command:x}, and any variable left unexpanded
+    "zed": re.compile(r"(?!)"),  # Zed expands nothing in context_servers
     "mcp-json": re.compile(r"\$\{(env:)?[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}"),
 }
 
@@ -97,11 +110,14 @@ def default_paths(home: Path, cwd: Path) -> list[tuple[HostKind, Path]]:
             ("claude-code", cwd / ".mcp.json"),
             ("cursor", cwd / ".cursor" / "mcp.json"),
             ("vscode", home / ".config" / "Code" / "User" / "mcp.json"),
-            ("vscode", cwd / ".vscode" / "mcp.json")]
+            ("vscode", cwd / ".vscode" / "mcp.json"),
+            ("zed", home / ".config" / "zed" / "settings.json"),
+            ("zed", cwd / ".zed" / "settings.json")]
 
 
 def detect_host(path: Path, doc: Mapping[str, Any] | None = None) -> HostKind:
-    """The host whose file ``path`` is, by its name and place, else by its content (``servers``: VS Code)."""
+    """The host whose file ``path`` is, by its name and place, else by its content (``servers``: VS Code,
+    ``context_servers``: Zed)."""
     if path.name == "claude_desktop_config.json":
         return "claude-desktop"
     if path.name in (".claude.json", ".mcp.json"):
@@ -111,8 +127,12 @@ def detect_host(path: Path, doc: Mapping[str, Any] | None = None) -> HostKind:
     if path.name == "mcp.json" and (path.parent.name == ".vscode" or (
             path.parent.name == "User" and path.parent.parent.name in ("Code", "Code - Insiders", "VSCodium"))):
         return "vscode"
+    if path.name == "settings.json" and path.parent.name in ("zed", ".zed"):
+        return "zed"
     if doc is not None and "servers" in doc and "mcpServers" not in doc:
         return "vscode"
+    if doc is not None and "context_servers" in doc and "mcpServers" not in doc:
+        return "zed"
     return "mcp-json"
 
 
@@ -124,7 +144,7 @@ class HostEntry:
     host: HostKind
     where: tuple[str, ...]
     """The key path of the entry in the document: ``("mcpServers", NAME)``, ``("projects", DIR, "mcpServers",
-    NAME)`` or ``("servers", NAME)``."""
+    NAME)``, ``("servers", NAME)`` or ``("context_servers", NAME)``."""
     name: str
     type: str | None
     command: str | None
@@ -133,7 +153,7 @@ class HostEntry:
     url: str | None
     headers: Mapping[str, str]
     settings: Mapping[str, Any] = field(default_factory=dict)
-    """The entry's :data:`_HOST_SETTINGS`, as the file has them."""
+    """The entry's host settings (:data:`_HOST_SETTINGS`, :data:`_ZED_SETTINGS`), as the file has them."""
 
     @property
     def remote(self) -> bool:
@@ -156,6 +176,8 @@ class HostFile:
     doc: dict[str, Any]
     entries: tuple[HostEntry, ...]
     indent: int | None
+    left: tuple[str, ...] = ()
+    """Entries read and left as they are, each with why (a Zed extension's server)."""
 
     @property
     def host_name(self) -> str:
@@ -309,18 +331,63 @@ def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home:
         args=tuple(_expand(host, a, path, home) for a in _strings(value.get("args", []), "args", label, path)),
         env={k: _expand(host, v, path, home) for k, v in _table(value.get("env", {}), "env", label, path).items()},
         url=url, headers=_table(value.get("headers", {}), "headers", label, path),
-        settings={k: v for k, v in value.items() if k in _HOST_SETTINGS})
+        settings={k: v for k, v in value.items() if k in _KEPT.get(host, frozenset())})
+
+
+def _zed_entry(label: str, value: Any, path: Path) -> Any:
+    """A Zed entry in the shape the other hosts share: Zed's older ``"command": {"path", "args", "env"}`` object
+    (beside an empty ``settings``) flattened, as Zed itself reads it. Anything else is returned as it is."""
+    if not isinstance(value, dict) or not isinstance(value.get("command"), dict):
+        return value
+    command = value["command"]
+    unknown = sorted(set(command) - {"path", "args", "env"}) or (["settings"] if value.get("settings") else [])
+    if unknown or "path" not in command or {"args", "env"} & set(value):
+        raise ConfigError(f"{path}: {label}: a command object takes path, args and env only, beside an empty "
+                          f"settings", hint=f"write {label} as \"command\": \"...\", \"args\": [...], \"env\": "
+                                            f"{{...}} in {path}; nothing was written")
+    rest = {k: v for k, v in value.items() if k not in ("command", "settings")}
+    return {"command": command["path"], **{k: command[k] for k in ("args", "env") if k in command}, **rest}
+
+
+def _zed_problem(value: Any) -> str | None:
+    """Why warden cannot put a Zed entry under it while keeping what Zed does with it (None: it can)."""
+    if not isinstance(value, dict):
+        return None
+    if value.get("remote") is True:
+        return ("remote is true: Zed starts it on the machine of a remote project, where this warden does not run; "
+                "import it with the warden on that machine, or set remote to false")
+    if value.get("source", "custom") != "custom":
+        return f"source is {value['source']!r}; Zed's settings name a server's source \"custom\" or none"
+    for key in ("enabled", "remote"):
+        if not isinstance(value.get(key, False), bool):
+            return f"{key} must be true or false"
+    return None
 
 
 def _servers(host: HostKind, doc: Mapping[str, Any], prefix: tuple[str, ...], key: str, path: Path,
-             home: Path) -> list[HostEntry]:
+             home: Path, left: list[str]) -> list[HostEntry]:
     table = doc.get(key)
     if table is None:
         return []
     label = ".".join((*prefix, key))
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: {label} must be an object of server entries", hint=f"fix {label} in {path}")
-    return [_entry(host, (*prefix, key, name), value, path, home) for name, value in table.items()]
+    entries = []
+    for name, value in table.items():
+        where = (*prefix, key, name)
+        if host == "zed":
+            if isinstance(value, dict) and "command" not in value and "url" not in value:
+                left.append(f"{path}: {'.'.join(where)}: a Zed extension's server (no command or url here: Zed "
+                            "starts it itself), so not under warden; left as it is")
+                continue
+            value = _zed_entry(".".join(where), value, path)
+            problem = _zed_problem(value)
+            if problem is not None:
+                raise ConfigError(f"{path}: {'.'.join(where)}: {problem}",
+                                  hint=f"change {'.'.join(where)} in {path} as said, then import again; nothing was "
+                                       "written")
+        entries.append(_entry(host, where, value, path, home))
+    return entries
 
 
 def _not_importable(path: Path) -> str | None:
@@ -328,8 +395,6 @@ def _not_importable(path: Path) -> str | None:
     parsing: "not valid JSON, the host cannot read it either" would send the user to fix a file that is fine."""
     if path.suffix in (".yaml", ".yml"):
         return "a YAML file (Continue's format)"
-    if path.name == "settings.json" and path.parent.name in ("zed", ".zed"):
-        return "Zed's settings (its context_servers)"
     return None
 
 
@@ -352,7 +417,7 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
     foreign = _not_importable(path)
     if foreign is not None and host is None:
         raise ConfigError(f"{path}: {foreign}, which warden import does not read (it reads the JSON files of Claude "
-                          "Desktop, Claude Code, Cursor, VS Code, Windsurf and Cline)",
+                          "Desktop, Claude Code, Cursor, VS Code, Windsurf, Cline and Zed)",
                           hint="add each of its servers to warden's config by hand, as a [servers.NAME] table with "
                                "its command, args and env, and change the host's entry to start `warden run --name "
                                "NAME`; nothing was written")
@@ -373,14 +438,16 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
     if kind == "vscode" and "mcpServers" in doc and "servers" not in doc:
         raise ConfigError(f"{path}: VS Code reads servers from a \"servers\" object, and this file has "
                           "\"mcpServers\"", hint=f"rename the key to \"servers\" in {path}")
-    entries = _servers(kind, doc, (), "servers" if kind == "vscode" else "mcpServers", path, home)
+    left: list[str] = []
+    entries = _servers(kind, doc, (), _SERVERS_KEY.get(kind, "mcpServers"), path, home, left)
     if kind == "claude-code" and isinstance(doc.get("projects"), dict):
         for project, settings in doc["projects"].items():
             if isinstance(settings, dict):
-                entries.extend(_servers(kind, settings, ("projects", project), "mcpServers", path, home))
+                entries.extend(_servers(kind, settings, ("projects", project), "mcpServers", path, home, left))
     if kind == "vscode" and "inputs" in doc and not isinstance(doc["inputs"], list):
         raise ConfigError(f"{path}: inputs must be a list", hint=f"fix inputs in {path}")
-    return HostFile(path=path, host=kind, raw=raw, doc=doc, entries=tuple(entries), indent=_indent_of(text))
+    return HostFile(path=path, host=kind, raw=raw, doc=doc, entries=tuple(entries), indent=_indent_of(text),
+                    left=tuple(left))
 
 
 def dump_host_document(host_file: HostFile, doc: Mapping[str, Any]) -> bytes:

@@ -645,6 +645,7 @@ def build_plan(files: Sequence[HostFile], *, config_path: Path, config_before: b
     seen: dict[str, tuple[str, ServerImport]] = {}
     wanted = set(only)
     for f in files:
+        skipped.extend(f.left)
         for entry in f.entries:
             if wanted and entry.name not in wanted:
                 continue
