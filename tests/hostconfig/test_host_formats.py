@@ -153,6 +153,20 @@ def test_zed_entry_warden_cannot_keep_as_zed_runs_it_is_refused(entry: dict[str,
     assert str(refused.value) == f"{path}: context_servers.s: {message}"
 
 
+def test_zed_serve_entry_keeps_source_custom_and_every_other_byte(tmp_path: Path) -> None:
+    """``import --serve`` refused every Zed entry with "source": "custom" (a host setting one serve entry cannot
+    keep per server), though it is the same for every server and a Zed release that reads it requires it."""
+    raw = ('// mine\n{\n  "context_servers": {\n    "a": {"source": "custom", "command": "uvx", "args": ["x"]},\n'
+           '    "b": {"source": "custom", "command": "uvx", "args": ["y"]}, // b\n  },\n  "vim_mode": true\n}\n')
+    path = tmp_path / ".config" / "zed" / "settings.json"
+    f = parse_host_file(raw.encode(), path, home=tmp_path)
+    plan = build_plan([f], config_path=tmp_path / "warden.toml", config_before=None, existing_servers={},
+                      warden_argv=["/usr/bin/warden"], home=str(tmp_path), existing_secret=lambda _: None, serve=True)
+    assert plan.host_after[path].decode() == (
+        '// mine\n{\n  "context_servers": {\n    "warden": {"command": "/usr/bin/warden", "args": ["serve", '
+        '"--server", "a", "--server", "b"], "source": "custom"},\n    // b\n  },\n  "vim_mode": true\n}\n')
+
+
 def test_duplicate_key_is_refused_naming_it() -> None:
     raw = b'{"mcpServers": {"a": {"command": "x"}, "a": {"command": "y"}}}'
     with pytest.raises(ConfigError, match="the key 'a' appears twice") as refused:

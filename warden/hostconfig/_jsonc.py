@@ -206,8 +206,9 @@ def _removal(text: str, member: _Member, moved: str, newline: str, indent: str) 
     if moved:  # the last comment ends the line: the blanks after it go, the line end (CRLF too) stays
         eol = line_end - 1 if line_end > end and text[line_end - 1] == "\r" else line_end
         return (start, eol, moved[:-len(newline + indent)]) if rest_blank else (start, end, moved)
-    if rest_blank and not text[line_start:start].strip():
-        return line_start, min(line_end + 1, len(text)), ""
+    if not text[line_start:start].strip():  # alone on its line: the whole line, or up to what follows on it
+        return (line_start, min(line_end + 1, len(text)), "") if rest_blank else \
+            (start, line_end - len(text[end:line_end].lstrip()), "")
     return start, end, ""
 
 

@@ -588,9 +588,10 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
                             "or import without --serve")
         env: dict[str, str] = {}
         for s in group:
-            if s.entry.settings:
+            own = sorted(set(s.entry.settings) - {"source"})  # Zed's "custom", the same for every server
+            if own:
                 problems.append(f"{f.path}: {s.entry.label}: has the host's own settings for it "
-                                f"({', '.join(sorted(s.entry.settings))}), which one `warden serve` entry cannot keep "
+                                f"({', '.join(own)}), which one `warden serve` entry cannot keep "
                                 "per server: import it without --serve (or leave it out with --only)")
             if s.headers:
                 problems.append(f"{f.path}: {s.entry.label}: sends HTTP headers, which `warden serve` does not carry "
@@ -607,6 +608,8 @@ def _serve_replacements(f: HostFile, servers: Sequence[ServerImport], warden_arg
         entry["args"] = [*warden_argv[1:], "serve", *(a for name in names for a in ("--server", name))]
         if env:
             entry["env"] = env
+        if any("source" in s.entry.settings for s in group):
+            entry["source"] = "custom"  # a Zed release that reads source requires it
         if serving is None:
             replacements[group[0].entry.where] = Renamed(SERVE_ENTRY, entry)
             replacements.update(dict.fromkeys((s.entry.where for s in group[1:]), REMOVED))
