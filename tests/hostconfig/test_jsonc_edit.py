@@ -147,6 +147,15 @@ def test_vscode_file_keeps_bom_crlf_tabs_and_every_comment(tmp_path: Path) -> No
     assert out.startswith(codecs.BOM_UTF8)
 
 
+def test_indentation_is_the_first_top_level_key_s_not_a_comment_s() -> None:
+    """The indentation unit was the first indented line's, here the block comment's one space."""
+    text = '/*\n * team settings\n */\n{\n    "servers": {\n        "s": {"command": "x",\n' \
+           '              "args": []}\n    }\n}\n'
+    assert edit_jsonc(text, {("servers", "s"): {"command": "w", "args": ["run"]}}) == (
+        '/*\n * team settings\n */\n{\n    "servers": {\n        "s": {\n            "command": "w",\n'
+        '            "args": [\n                "run"\n            ]\n        }\n    }\n}\n')
+
+
 def test_serve_rename_and_removals_leave_no_dangling_comma() -> None:
     text = '{\n  "servers": {\n    "a": {"command": "x"},\n    // b\n    "b": {"command": "y"},\n' \
            '    "c": {"command": "z"}\n  }\n}\n'

@@ -131,14 +131,15 @@ class _Scan:
         return i + 1
 
 
-def _layout(text: str) -> tuple[str, str]:
-    """The file's line ending and one level of its indentation (two spaces when it has none)."""
+def _layout(text: str, scan: _Scan) -> tuple[str, str]:
+    """The file's line ending and one level of its indentation: what is before the first top-level key that starts
+    its line (not the first indented line, which may be a comment's), else two spaces."""
     newline = "\r\n" if "\r\n" in text else "\n"
-    match = re.search(r"\n([ \t]+)\S", text)
-    if match is None:
-        return newline, "  "
-    unit = match.group(1)
-    return newline, "\t" if unit.startswith("\t") else " " * len(unit)
+    for path, member in scan.members.items():
+        lead = text[text.rfind("\n", 0, member.key) + 1:member.key]
+        if len(path) == 1 and lead and not lead.strip(" \t"):
+            return newline, lead
+    return newline, "  "
 
 
 def edit_jsonc(text: str, replacements: Mapping[tuple[str, ...], Any]) -> str:
@@ -149,7 +150,7 @@ def edit_jsonc(text: str, replacements: Mapping[tuple[str, ...], Any]) -> str:
         ValueError: the text is not JSONC the scanner reads, or a key path is not in it.
     """
     scan = _Scan(text)
-    newline, unit = _layout(text)
+    newline, unit = _layout(text, scan)
     edits: list[tuple[int, int, str]] = []
     for where, replacement in replacements.items():
         member = scan.members.get(where)
