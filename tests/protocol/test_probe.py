@@ -17,6 +17,7 @@ from warden.protocol.eras import (
     result_type,
 )
 from warden.protocol.probe import (
+    QUOTED_MAX,
     Incompatible,
     Legacy,
     Modern,
@@ -103,6 +104,15 @@ def test_LC18_no_mutual_version_fails_instead_of_retrying() -> None:
     probe = StdioProbe()
     probe.start()
     assert isinstance(probe.on_error(-32022, None), Incompatible)
+
+
+def test_LC18_a_server_listing_a_megabyte_of_versions_gets_a_short_reason() -> None:
+    """The reason reaches the host's error and warden's log: before, it quoted every version the server listed."""
+    probe = StdioProbe()
+    probe.start()
+    step = probe.on_error(-32022, {"supported": ["x" * 1_000_000]})
+    assert isinstance(step, Incompatible)
+    assert step.reason == "the server supports only " + repr(["x" * 1_000_000])[:QUOTED_MAX] + "…"
 
 
 def test_ER05_missing_capability_retries_once_with_them_then_gives_up() -> None:

@@ -117,6 +117,16 @@ class Incompatible:
 ProbeStep = SendDiscover | Modern | Legacy | Incompatible
 
 
+QUOTED_MAX: Final = 200
+"""Characters of a server's value quoted in a probe's reason, which reaches a host's error and warden's log: a
+server listing a megabyte of versions gets a short reason (escaping is the output channel's)."""
+
+
+def _quoted(value: object) -> str:
+    shown = repr(value)
+    return shown if len(shown) <= QUOTED_MAX else shown[:QUOTED_MAX] + "…"
+
+
 class _State(enum.Enum):
     IDLE = "idle"
     AWAITING = "awaiting"
@@ -156,7 +166,7 @@ class StdioProbe:
         except ValidationError:
             return self._finish(Legacy(False, "server/discover answered with something that is not a DiscoverResult"))
         if discover.result_type != "complete":
-            return self._finish(Legacy(False, f"server/discover answered resultType {discover.result_type!r}"))
+            return self._finish(Legacy(False, f"server/discover answered resultType {_quoted(discover.result_type)}"))
         return self._choose(discover.supported_versions, discover)
 
     def on_error(self, code: int, data: object) -> ProbeStep:
@@ -201,7 +211,7 @@ class StdioProbe:
             return self._send(SendDiscover(modern, self._sent.capabilities))
         if _pick(offered, LEGACY_VERSIONS) is not None:
             return self._finish(Legacy(False, "the server lists only legacy versions warden speaks"))
-        return self._finish(Incompatible(f"the server supports only {list(offered)!r}"))
+        return self._finish(Incompatible(f"the server supports only {_quoted(list(offered))}"))
 
     def _send(self, step: SendDiscover) -> SendDiscover:
         self._attempts += 1
