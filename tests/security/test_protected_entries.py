@@ -288,6 +288,28 @@ def test_B08_07_a_bare_repository_in_a_write_dir_stays_read_only(parent: str, pl
         "directory with git, an editor or an MCP host, then restart warden")
 
 
+@pytest.mark.parametrize("how", ["hooksPath", "gitfile"])
+def test_a_write_dir_git_would_keep_whole_is_refused_with_what_points_there(tmp_path: Path, how: str) -> None:
+    """``core.hooksPath = .`` (or a nested ``.git`` file naming the write dir as its git dir) makes the whole write
+    dir a protected entry: before, the launch then kept all of it read-only and the server's writes failed with
+    nothing saying why. Now the launch is refused, naming the write dir and what can point there."""
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    _git("init", "-q", str(proj))
+    if how == "hooksPath":
+        _git("-C", str(proj), "config", "core.hooksPath", ".")
+    else:
+        (proj / "sub").mkdir()
+        (proj / "sub" / ".git").write_text("gitdir: ..\n")
+    with pytest.raises(LaunchError) as refused:
+        survey([str(proj)], PROTECTED_NAMES)
+    assert refused.value.message == (
+        f"the write dir {proj} is itself where git finds a repository, a config it reads or hooks it runs (a .git "
+        "file, commondir, include.path or core.hooksPath leads there), so warden would keep all of it read-only and "
+        "the server could write nothing there")
+    assert (refused.value.hint or "").startswith("look at what points there")
+
+
 def test_a_server_whose_policy_leaves_git_out_may_commit(parent: str, place: tuple[Path, Path]) -> None:
     proj, state = place
     names = tuple(n for n in PROTECTED_NAMES if n != ".git")

@@ -236,6 +236,14 @@ def survey(write_dirs: Sequence[str], names: Sequence[str]) -> Protection:
     directories = {path for path in bound if os.path.isdir(path)}
     kept = tuple(dict.fromkeys(p for p in bound if not _held(os.path.dirname(p), directories)))
     watched = tuple(dict.fromkeys(p for p in absent if not _held(os.path.dirname(p), directories)))
+    whole = [path for path in kept if path in write_dirs]
+    if whole:
+        raise LaunchError(
+            f"the write dir {for_terminal(whole[0])} is itself where git finds a repository, a config it reads or "
+            "hooks it runs (a .git file, commondir, include.path or core.hooksPath leads there), so warden would "
+            "keep all of it read-only and the server could write nothing there",
+            hint="look at what points there (core.hooksPath = . is one way); grant a write dir git does not use, "
+                 "or leave .git out of the server's sandbox.protected_names if the server must write it")
     if len(kept) > MAX_BOUND:
         raise LaunchError(f"the write dirs hold {len(kept)} protected entries (.git and what git follows from "
                           f"one), more than the {MAX_BOUND} warden binds read-only for one server", hint=_NARROWER)
