@@ -10,19 +10,21 @@ import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 import trio
 
 from tests.egress.conftest import HTTP_PORT, TLS_PORT, MemorySink, exchange, running_proxy, static_resolver
 from tests.egress.netns import NetLab
-from warden.audit import AuditLogFailed
+from warden.audit import AuditLogFailed, open_audit_log
 from warden.egress import (
     MAX_HEAD,
     MAX_REQUEST_LINE,
     Attachment,
     EgressDecision,
     EgressProxy,
+    EgressRecorder,
     EgressRules,
     ProxyLimits,
 )
@@ -257,6 +259,40 @@ async def test_warden_s_own_port_is_refused_even_inside_allow_addresses() -> Non
                                   f"{taken} there is warden's own; to allow it: network.allow = "
                                   f'["127.0.0.1:{taken}"]')
     assert [d.allowed for d in sink.decisions] == [True, False]
+
+
+async def test_a_refusal_is_a_warning_in_the_log_the_host_keeps(tmp_path: Path,
+                                                                caplog: pytest.LogCaptureFixture) -> None:
+    """A server's HTTP client often hides the proxy's answer behind its own words (mcp-server-fetch: "Failed to
+    fetch robots.txt ... due to a connection issue"), so the refusal, with the policy line that would allow it, is
+    also a warning on warden's stderr, named by server; an allowed connection adds no line."""
+    own = socket.socket()
+    own.bind(("127.0.0.1", 0))
+    own.listen(4)
+    allowed = own.getsockname()[1]
+    try:
+        async with open_audit_log(tmp_path) as log:
+            recorder = EgressRecorder(log, server_name="fetch", server_id=None, policy_digest=None)
+            proxy = EgressProxy(EgressRules.parse([f"lo.test:{allowed}"], ["127.0.0.1/32"]), recorder,
+                                resolver=static_resolver({"lo.test": "127.0.0.1"}))
+            async with trio.open_nursery() as nursery:
+                await nursery.start(proxy.serve)
+                listener = socket.socket()
+                listener.bind(("127.0.0.1", 0))
+                listener.listen(4)
+                proxy.attach(listener)
+                port = listener.getsockname()[1]
+                ok = await exchange(port, f"CONNECT lo.test:{allowed} HTTP/1.1\r\n\r\n".encode(), close_after=True)
+                refused = await exchange(port, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
+                nursery.cancel_scope.cancel()
+    finally:
+        own.close()
+    assert ok == b"HTTP/1.1 200 Connection established\r\n\r\n"
+    assert status_line(refused) == ("HTTP/1.1 403 warden egress refused: pypi.org:443 is not on the egress "
+                                    'allow-list; to allow it: network.allow = ["pypi.org:443"]')
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "warden.egress._audit"] == [
+        ("WARNING", 'fetch: egress refused: pypi.org:443 is not on the egress allow-list; to allow it: '
+                    'network.allow = ["pypi.org:443"]')]
 
 
 async def test_a_large_body_arrives_whole_and_is_counted(net: NetLab) -> None:

@@ -1,12 +1,21 @@
 """Egress decisions as audit records: ``egress.decided`` before a connection is made (write-ahead: the proxy
-refuses when it cannot be recorded), ``egress.closed`` with the bytes each way when it ends."""
+refuses when it cannot be recorded), ``egress.closed`` with the bytes each way when it ends.
+
+A refusal is also a warning on warden's stderr, the log a host keeps of its server, naming the policy line that
+would allow it: the proxy's answer says the same to the server's HTTP client, but clients often put only their own
+words in the tool result (mcp-server-fetch: "Failed to fetch robots.txt ... due to a connection issue"), and
+without this line a user would find the reason only in the audit log."""
 
 from __future__ import annotations
 
+import logging
 from typing import final
 
 from warden import audit
-from warden.egress._proxy import EgressDecision, EgressTally
+from warden.egress._allow import Verdict
+from warden.egress._proxy import EgressDecision, EgressTally, refusal_text
+
+log = logging.getLogger(__name__)
 
 
 @final
@@ -26,6 +35,9 @@ class EgressRecorder:
                             received=None if tally is None else tally.received)
 
     async def decided(self, decision: EgressDecision) -> int | None:
+        if not decision.allowed:
+            log.warning("%s: egress %s", self._server_name,
+                        refusal_text(Verdict(False, decision.reason, decision.rule)))
         if self._log is None:
             return None
         return await self._log.append(audit.Record(
