@@ -175,6 +175,33 @@ def test_pipx_run_trusts_the_ca_pip_is_told_to_trust(where: str, pypi_index_tls:
     assert take_in(request, state_dir=state_dir, env=env).record.version == "1.0.0"
 
 
+def test_an_untrusted_index_certificate_names_the_uv_setting_and_the_variable(
+        pypi_index_tls: TlsIndex, state_dir: Path, host_env: dict[str, str], fresh_home: Path) -> None:
+    """A host starts warden with few variables (no SSL_CERT_FILE from the user's shell), so a machine behind a
+    company proxy whose CA only the system trusts gets uv's "UnknownIssuer" on the first `uvx` start. The hint
+    names the uv.toml line that fixes it; the setting is one uv reads (with it, uv goes on to check the
+    certificate against the system store, which does not hold this test's CA, instead of refusing the file), and
+    naming the CA file works."""
+    index = pypi_index_tls.index
+    name = index.unique("warden-fixture-tls")
+    add_wheel(index, name, "1.0.0")
+    uv_toml = fresh_home / ".config" / "uv" / "uv.toml"
+    request = parse_runner(["uvx", name])
+    assert request is not None
+    env = {**host_env, "UV_HTTP_RETRIES": "0"}
+    for settings in ("", "system-certs = true\n"):
+        uv_toml.write_text(f'index-url = "{index.url}simple/"\n{settings}')
+        with pytest.raises(IntakeError, match=rf"could not be reached to resolve {name}: .*invalid peer "
+                                              "certificate: UnknownIssuer") as refused:
+            take_in(request, state_dir=state_dir, env=env)
+        assert refused.value.hint == (
+            "check the network and the index settings (uv.toml, UV_INDEX_URL, pip.conf); uv trusts only its own CA "
+            "list: for a CA this system trusts (a company proxy's), put `system-certs = true` in "
+            "~/.config/uv/uv.toml; for another, name its file: SSL_CERT_FILE, or pip's cert for pipx")
+    assert take_in(request, state_dir=state_dir, env={**env, "SSL_CERT_FILE": str(pypi_index_tls.ca)}
+                   ).record.version == "1.0.0"
+
+
 def test_a_pip_cert_setting_that_names_no_file_is_refused_by_name(state_dir: Path, host_env: dict[str, str],
                                                                   fresh_home: Path, tmp_path: Path) -> None:
     missing = tmp_path / "no-such-ca.pem"

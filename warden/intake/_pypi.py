@@ -196,7 +196,9 @@ def _explain(exc: ClientFailed, request: PackageRequest) -> IntakeError:
         return IntakeError(f"the package index could not be reached to resolve {request.requirement}: "
                            f"{unreachable_reason(exc.stderr)}",
                            hint="check the network and the index settings (uv.toml, UV_INDEX_URL, pip.conf); "
-                                "an index with its own CA needs it named: SSL_CERT_FILE, or pip's cert for pipx")
+                                "uv trusts only its own CA list: for a CA this system trusts (a company proxy's), "
+                                "put `system-certs = true` in ~/.config/uv/uv.toml; for another, name its file: "
+                                "SSL_CERT_FILE, or pip's cert for pipx")
     return exc
 
 
