@@ -247,6 +247,22 @@ def test_without_a_terminal_the_refusal_is_one_line_naming_yes(state_dir: Path, 
     assert (state_dir / "pins.json").read_bytes() == before
 
 
+@pytest.mark.parametrize("verb", [["approve", "memory", "--yes"], ["diff", "memory"]])
+def test_when_nothing_waits_the_answer_says_a_config_edit_waits_for_the_next_start(state_dir: Path,
+                                                                                    verb: list[str]) -> None:
+    """The trial's trip: a user edits a server's table (here: gives server-memory a MEMORY_FILE_PATH), runs
+    `warden pins approve memory`, is told nothing waits, and the host is refused on its next start. The new
+    identity only exists once warden starts the server with the edit, so the answer says to start it first."""
+    load_reference(PinStore(state_dir), "memory")
+    assert pins_cli(state_dir, "approve", "memory", "--yes").returncode == 0
+    before = (state_dir / "pins.json").read_bytes()
+    r = pins_cli(state_dir, *verb)
+    assert (r.returncode, r.stderr) == (0, "")
+    assert r.stdout == ("nothing pending or changed for server 'memory' (an edit to its config shows here once the "
+                        "server has started with it: start it from your host, then approve)\n")
+    assert (state_dir / "pins.json").read_bytes() == before
+
+
 def test_a_definition_that_moves_while_shown_is_not_approved_and_the_review_goes_on(state_dir: Path) -> None:
     store = PinStore(state_dir)
     store.observe_list("a", "tool", [{"name": "x", "description": "One."}], on_new="ask")

@@ -91,6 +91,14 @@ def _select(store: PinStore, args: argparse.Namespace, *, default_pending: bool)
     return chosen
 
 
+def _nothing_waits(server: str) -> str:
+    """What ``approve`` and ``diff`` say when nothing of ``server`` waits. An edit to its config (command, args,
+    env, sandbox, network) becomes a changed identity only when warden next starts the server with it, so a user
+    who edits, then approves, is told that start comes first."""
+    return (f"nothing pending or changed for server {for_terminal(server)!r} (an edit to its config shows here "
+            "once the server has started with it: start it from your host, then approve)")
+
+
 def list_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     entries = _store(ctx).entries(args.server)
     if not entries:
@@ -123,7 +131,7 @@ def show_command(ctx: CommandContext, args: argparse.Namespace) -> int:
 def diff_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     chosen = _select(_store(ctx), args, default_pending=True)
     if not chosen:
-        _emit(f"nothing pending or changed for server {for_terminal(args.server)!r}")
+        _emit(_nothing_waits(args.server))
     for e in chosen:
         _emit(f"== server '{for_terminal(e.server)}': {entry_label(e)} [{e.state.value}]")
         if e.approved_digest and e.approved_digest != e.digest:
@@ -170,7 +178,7 @@ def approve_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         chosen += [e for e in store.entries(args.server, refresh=False) if e.state is PinState.APPROVED
                    and e.approved_for is not None and not (principals and set(principals) <= set(e.approved_for))]
     if not chosen:
-        _emit(f"nothing pending or changed for server {for_terminal(args.server)!r}")
+        _emit(_nothing_waits(args.server))
         return 0
     flagged = [e for e in chosen if e.findings]
     if args.yes:
