@@ -169,6 +169,32 @@ def test_dry_run_writes_nothing(home: Path, isolated_env: Path) -> None:
     assert not isolated_env.exists()
 
 
+def test_a_tilde_the_server_would_expand_is_written_as_the_user_s_home(home: Path, isolated_env: Path) -> None:
+    """Found in a new user's trial: `npx -y @modelcontextprotocol/server-filesystem ~/project` was imported with
+    ~/project granted read-write but the argument kept as "~/project"; the server expands it itself, inside the
+    sandbox, whose home is a private one ("Cannot access directory /home/mcp/project"), and every start failed.
+    An argument, an ``--option=`` value and an env value that import reads as a path under ``~`` are written with
+    the home import read them against, so the server opens the directory it was granted."""
+    path = home / ".config" / "Claude" / "claude_desktop_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"mcpServers": {
+        "filesystem": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "~/project"]},
+        "docs": {"command": "npx", "args": ["-y", "some-server", "--root=~/project", "--label=~x"]},
+        "memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"],
+                   "env": {"MEMORY_FILE_PATH": "~/project/memory.jsonl"}},
+    }}))
+    r = warden(home, "import")
+    assert r.returncode == 0, r.stderr
+    project = str(home / "project")
+    table = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())["servers"]
+    assert table["filesystem"] == {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", project],
+                                   "sandbox": {"write_dirs": [project]}}
+    assert table["docs"]["args"] == ["-y", "some-server", f"--root={project}", "--label=~x"]
+    assert table["docs"]["sandbox"] == {"read_dirs": [project]}
+    assert table["memory"]["env"] == {"MEMORY_FILE_PATH": f"{project}/memory.jsonl"}
+    assert table["memory"]["sandbox"] == {"write_dirs": [project]}
+
+
 def test_an_existing_config_is_appended_to_and_restored(home: Path, isolated_env: Path) -> None:
     path = desktop_file(home)
     config = Path(os.environ["WARDEN_CONFIG"])

@@ -293,6 +293,17 @@ def _path_of(value: str, home: str) -> str | None:
     return None
 
 
+def _home_expanded(value: str, home: str) -> str:
+    """``value`` with a leading ``~`` (alone, ``~/...``, or after ``--option=``) written as ``home``. A server
+    that expands ``~`` itself (server-filesystem does) would otherwise expand it inside the sandbox, whose home
+    is a private one: the directory import granted (:func:`_path_of` reads ``~`` the same way) would never be the
+    one it opened."""
+    option, equals, rest = value.partition("=") if value.startswith("-") else ("", "", value)
+    if rest == "~" or rest.startswith("~/"):
+        return option + equals + home + rest[1:]
+    return value
+
+
 def _candidates(entry: HostEntry) -> list[tuple[str, str]]:
     """(value, where) for every argument and env value that may name a path."""
     out: list[tuple[str, str]] = []
@@ -514,7 +525,7 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
             env[var] = "${env:" + var + "}"
         elif _path_of(value, home) is not None and not looks_secret(var) and os.path.exists(
                 os.path.dirname(_path_of(value, home) or "/")):
-            env[var] = value
+            env[var] = _home_expanded(value, home)
         elif len(value) >= MIN_SECRET_LENGTH:
             secret = _secret_name(name, var)
             had = existing_secret(secret)
@@ -534,7 +545,8 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
                         "warden runs the command from its own config: write the value, or pass it through env")
     mine[:0] = _dangers(entry, home)
     problems.extend(f"{f.path}: {entry.label}: {p}" for p in mine)
-    argv = (entry.url,) if entry.url is not None else (entry.command or "", *entry.args)
+    argv = (entry.url,) if entry.url is not None else (entry.command or "",
+                                                        *(_home_expanded(a, home) for a in entry.args))
     run_args = [*warden_argv[1:], "run", "--name", name]
     for header, var in headers:
         run_args += ["--header", f"{header}={var}"]
