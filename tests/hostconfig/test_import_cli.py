@@ -165,6 +165,11 @@ def test_dry_run_writes_nothing(home: Path, isolated_env: Path) -> None:
     assert ("    sees none of your files (no path among its arguments); to give it one: read_dirs or write_dirs "
             "under [servers.github.sandbox]") in r.stdout.splitlines()
     assert "sees none of your files" not in r.stdout.split("[servers.filesystem]")[1].split("\n")[1]
+    # Nor has any of them a network, which a server's failed connection does not say (mcp-server-fetch in the
+    # trial: "Failed to fetch robots.txt ... due to a connection issue"): the line that gives it one, now.
+    for name in ("filesystem", "github", "time"):
+        assert (f'    no network in its table; to let it reach a host: network.allow = ["HOST:PORT"] in '
+                f"[servers.{name}]") in r.stdout.splitlines()
     assert snapshot(home.parent) == before
     assert not isolated_env.exists()
 

@@ -159,6 +159,9 @@ class ImportPlan:
             if not s.dirs and not s.entry.remote:  # say so now, not when a call to it finds nothing there
                 lines.append(f"    sees none of your files (no path among its arguments); to give it one: "
                              f"read_dirs or write_dirs under [servers.{s.name}.sandbox]")
+            if not s.entry.remote:  # a connection it tries fails in the server's own words, naming no setting
+                lines.append(f'    no network in its table; to let it reach a host: network.allow = ["HOST:PORT"] '
+                             f"in [servers.{s.name}]")
             for var, spec in s.env.items():
                 lines.append(f"    env {var} = {spec}")
             for secret in s.secrets:
