@@ -200,6 +200,27 @@ def test_a_tilde_the_server_would_expand_is_written_as_the_user_s_home(home: Pat
     assert table["memory"]["sandbox"] == {"write_dirs": [project]}
 
 
+def test_a_memory_server_without_a_file_of_its_own_is_told_how_to_give_it_one(home: Path, isolated_env: Path) -> None:
+    """Found in the trial: server-memory, imported as the host had it (no MEMORY_FILE_PATH), keeps its graph beside
+    its own code, in warden's read-only package store, so its first create_entities answered "EROFS: read-only
+    file system, open '.../store/npm/...server-memory/dist/memory.jsonl...'", which says nothing of what to do.
+    The import says it, for that exact package only, and not when the entry names a file."""
+    path = home / ".config" / "Claude" / "claude_desktop_config.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"mcpServers": {
+        "memory": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory@0.6.3"]},
+        "notes": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-memory"],
+                  "env": {"MEMORY_FILE_PATH": str(home / "project" / "notes.jsonl")}},
+        "memory-like": {"command": "npx", "args": ["-y", "some-server-memory"]},
+    }}))
+    r = warden(home, "import", "--dry-run")
+    assert r.returncode == 0, r.stderr
+    advice = [line for line in r.stdout.splitlines() if "beside its own code" in line]
+    assert advice == ['    keeps its graph beside its own code, which the sandbox keeps read-only: give it a file of '
+                      'yours: env = { MEMORY_FILE_PATH = "DIR/memory.jsonl" } in [servers.memory], and write_dirs = '
+                      '["DIR"] under [servers.memory.sandbox]']
+
+
 def test_an_existing_config_is_appended_to_and_restored(home: Path, isolated_env: Path) -> None:
     path = desktop_file(home)
     config = Path(os.environ["WARDEN_CONFIG"])

@@ -70,6 +70,8 @@ _WRITERS: Final = frozenset({"filesystem", "git", "memory"})
 #: Servers whose job is to commit, so import leaves ``.git`` writable for them (every other protected entry stays
 #: read-only): the reference server and the most used npm one.
 _GIT_SERVERS: Final = frozenset({"mcp-server-git", "@cyanheads/git-mcp-server"})
+#: The reference memory server, which keeps its graph beside its own code unless ``MEMORY_FILE_PATH`` names a file.
+_MEMORY_SERVER: Final = frozenset({"@modelcontextprotocol/server-memory"})
 _HOST_SOCKETS: Final = ("/run", "/var/run")
 _ENGINES: Final = frozenset({"docker", "podman", "nerdctl"})
 # Variables that steer warden's own process, or what it runs on the host (the dynamic loader, Python, npm and node,
@@ -162,6 +164,10 @@ class ImportPlan:
             if not s.entry.remote:  # a connection it tries fails in the server's own words, naming no setting
                 lines.append(f'    no network in its table; to let it reach a host: network.allow = ["HOST:PORT"] '
                              f"in [servers.{s.name}]")
+            if _runs(s.entry, _MEMORY_SERVER) and "MEMORY_FILE_PATH" not in s.env:  # else every write is EROFS
+                lines.append(f"    keeps its graph beside its own code, which the sandbox keeps read-only: give it a "
+                             f"file of yours: env = {{ MEMORY_FILE_PATH = \"DIR/memory.jsonl\" }} in "
+                             f"[servers.{s.name}], and write_dirs = [\"DIR\"] under [servers.{s.name}.sandbox]")
             for var, spec in s.env.items():
                 lines.append(f"    env {var} = {spec}")
             for secret in s.secrets:
@@ -228,12 +234,17 @@ def _toml_table(s: ServerImport) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_server(entry: HostEntry) -> bool:
-    """The entry runs a known git server (:data:`_GIT_SERVERS`, by its exact package or program name, a version
-    aside). Never by a word of its name or arguments: a project's ``.mcp.json`` chooses those, and a server given
-    ``.git`` could plant what the host's git runs."""
+def _runs(entry: HostEntry, packages: frozenset[str]) -> bool:
+    """The entry runs one of ``packages``, by its exact package or program name, a version aside. Never by a word
+    of its name or arguments: a project's ``.mcp.json`` chooses those."""
     names = [PurePath(entry.command or "").name, *entry.args[:4]]
-    return any(re.sub(r"(?<=.)[@=]=?[^/]*$", "", name) in _GIT_SERVERS for name in names)
+    return any(re.sub(r"(?<=.)[@=]=?[^/]*$", "", name) in packages for name in names)
+
+
+def _git_server(entry: HostEntry) -> bool:
+    """The entry runs a known git server (:data:`_GIT_SERVERS`): only then is ``.git`` left writable, as a server
+    given ``.git`` could plant what the host's git runs."""
+    return _runs(entry, _GIT_SERVERS)
 
 
 def _words(entry: HostEntry) -> set[str]:
