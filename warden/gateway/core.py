@@ -110,6 +110,11 @@ log = logging.getLogger(__name__)
 
 MAX_INPUT_ROUNDS: Final = 16
 """How many input_required rounds warden relays for one request before giving up."""
+FAILED_STARTS: Final = 3
+"""Processes in a row that end before their handshake after which a host's first request is answered with why
+(``warden run`` goes on starting the server): one crash may be bad luck, three are a broken server or setup."""
+_START_LOOK: Final = 0.25
+"""Seconds between two looks at a starting server's failed starts while a host's first request waits."""
 
 
 _OUTCOMES: Final[Mapping[type[WardenError], audit.Outcome]] = {UpstreamTimeout: audit.Outcome.TIMEOUT}
@@ -437,20 +442,32 @@ class Gateway:
     async def _connected_for_host(self) -> ServerDescription:
         """:meth:`_connected` for a host's ``initialize`` or ``server/discover``: a server that ends at every start
         is restarted for ever, and the host's first request would wait as long, told nothing (its own timeout then
-        says only that the server did not answer). Past the request timeout, once a process has ended, the host is
-        answered with why; a start that is only slow (an OAuth authorization under way) is still waited for.
+        says only that the server did not answer). Once :data:`FAILED_STARTS` processes in a row have ended before
+        their handshake, or past the request timeout once one has, the host is answered with why; a start that is
+        only slow (an OAuth authorization under way) is still waited for.
 
         Raises:
+            UpstreamError: :data:`FAILED_STARTS` processes in a row ended before their handshake.
             UpstreamTimeout: not connected within the request timeout, and a process of the server has ended.
         """
         timeout = self.upstream.options.request_timeout
+        deadline = trio.current_time() + timeout
         while True:
-            with trio.move_on_after(timeout):
-                return await self._connected()
+            with trio.move_on_after(_START_LOOK) as waiting:
+                await self.upstream.wait_connected()
+            if not waiting.cancelled_caught:
+                return await self._connected()  # outside the scope: the instructions' pin check is not cut short
             last = self.upstream.last_error
-            if last:
-                raise UpstreamTimeout(f"the server {self.upstream.name!r} did not start within {timeout:g} s (its "
-                                      f"last process: {last})")
+            if last and self.upstream.failed_starts >= FAILED_STARTS:
+                raise UpstreamError(f"the server {self.upstream.name!r} ended {self.upstream.failed_starts} times "
+                                    f"in a row as it started (its last process: {last}); warden goes on starting "
+                                    "it", hint="fix what the server's stderr (in warden's log) says; the host's "
+                                               "next try then finds it")
+            if trio.current_time() >= deadline:
+                if last:
+                    raise UpstreamTimeout(f"the server {self.upstream.name!r} did not start within {timeout:g} s "
+                                          f"(its last process: {last})")
+                deadline += timeout
 
     async def watch_pins(self) -> None:
         """Watch the pin store for the gateway's lifetime (in the background nursery): the guard then re-reads it

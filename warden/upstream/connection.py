@@ -667,6 +667,8 @@ class Upstream:
         self._last_reason = ""
         self.restarts = 0
         """How many times a process of this server ended and another was started (or is about to be)."""
+        self.failed_starts = 0
+        """Processes in a row that ended before finishing their handshake (0 once one finishes it)."""
         self._met = False
         """Whether a handshake has begun (the first server met): after that, a host's era is no hint any more."""
         self._era_memory = era_memory
@@ -966,6 +968,7 @@ class Upstream:
         session = _Session(self, connection.channel)
         outcome = _Outcome.ENDED
         fatal: WardenError | None = None
+        handshaken = False
         try:
             async with trio.open_nursery() as nursery:
                 connection.start_side_tasks(nursery)
@@ -981,6 +984,7 @@ class Upstream:
                 except UpstreamError as exc:  # the process died or hung during the handshake: restart it
                     session.mark_closed(exc.message)
                 else:
+                    handshaken, self.failed_starts = True, 0
                     self._session = session
                     self._ready.set()
                     self._notify_change()
@@ -991,6 +995,8 @@ class Upstream:
         finally:
             session.mark_closed("stopped by warden")  # no-op when the server ended first (its reason stays)
             self._last_reason = session.close_reason
+            if not handshaken and outcome is _Outcome.ENDED:
+                self.failed_starts += 1
             self._ready = trio.Event()
             self._session = None
             with trio.CancelScope(shield=True):
