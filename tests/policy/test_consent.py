@@ -21,7 +21,7 @@ from warden.consent import (
     refusal,
     review,
 )
-from warden.policy import PinState, PinStore, decide
+from warden.policy import PinEntry, PinState, PinStore, decide
 from warden.policy.pins import arguments_digest, digest
 
 TOOL = {"name": "add", "description": "Adds.\u200b two numbers", "inputSchema": {"type": "object"}}
@@ -92,6 +92,30 @@ def test_pin_consent_params_are_valid_form_elicitation(state_dir: Path) -> None:
     # whatever the answer says, only the digests that were shown are approved
     smuggled = {"action": "accept", "content": {"approve": True, "items": [["tool", "evil", "sha256:x"]]}}
     assert read_pin_consent(q, smuggled) == q.items
+
+
+def test_a_launch_to_approve_in_the_host_is_said_in_words() -> None:
+    """The host's approval dialog says a launch as the terminal review does (what it runs, sees, writes, its
+    network), not as its JSON: before, a new user's dialog held thirty-odd mounts, and the package store's read-only
+    binds read like directories of theirs the server was given."""
+    store = "/home/me/.local/state/warden/store"
+    manifest = {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/project"],
+                "env": [], "network": "none",
+                "sandbox": {"kind": "bwrap", "user": "dedicated-uid",
+                            "mounts": [["ro-bind", "/usr", "/usr"], ["bind", "/home/me/project", "/home/me/project"],
+                                       ["ro-bind", f"{store}/npm/fs", f"{store}/npm/fs"]]}}
+    entry = PinEntry("fs", "server", "", PinState.PENDING, "sha256:" + "0" * 64, manifest, None, None, (),
+                     "2026-12-02T00:00:00Z", None, None, None)
+    lines = build_pin_consent("fs", [entry], package_store=store).params["message"].splitlines()
+    assert lines[4:11] == [
+        "   runs npx -y @modelcontextprotocol/server-filesystem /home/me/project",
+        "   sandbox bwrap, as a dedicated uid",
+        "   sees /home/me/project, read-write",
+        "   writes /home/me/project (besides its own private /tmp and home)",
+        "   reads system files and its package (from warden's store), read-only",
+        "   env nothing from your environment",
+        "   network: none: this server cannot reach any network"]
+    assert not any('"mounts"' in line or "ro-bind" in line for line in lines)
 
 
 def test_call_confirmation_binds_the_arguments() -> None:

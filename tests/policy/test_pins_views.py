@@ -172,7 +172,7 @@ def test_review_says_what_the_launch_allows_in_words_and_shows_the_json_on_reque
     assert f"   writes {project} (besides its own private /tmp and home)" in lines
     assert "   reads system files and its package (from warden's store), read-only" in lines
     assert "   env nothing from your environment" in lines
-    assert "   network none" in lines
+    assert "   network: none: this server cannot reach any network" in lines
     version = manifest["sandbox"]["package"]["version"]
     assert any(line.startswith(f"   package npm @modelcontextprotocol/server-filesystem@{version} ") for line in lines)
     github = describe_launch(REFERENCE["github"]["manifest"], package_store=package_store())
@@ -291,7 +291,7 @@ def test_one_by_one_shows_the_launch_in_words_and_its_json_only_on_request(state
     words = script.shown[:json_at]
     assert "== server 'time': server identity [pending]" in words
     assert not any('"mounts"' in line for line in words[words.index("== server 'time': server identity [pending]"):])
-    assert "   network none" in words
+    assert "   network: none: this server cannot reach any network" in words
     assert script.asked[1].endswith("[s]kip, [j]son, [q]uit: ")
     assert [e.kind for e in summary.approved] == ["server", "instructions"]  # absent instructions came along
     assert [e.key for e in summary.skipped] == ["convert_time", "get_current_time"]

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, final
 
-from warden.egress import describe_network
+from warden.consent._terminal import describe_launch
 from warden.errors import PolicyError
 from warden.policy import Decision, EntryKind, PinEntry, render_visible
 from warden.policy.pins import arguments_digest, render_definition
@@ -49,8 +49,10 @@ class CallConfirmation:
     params: Mapping[str, Any]
 
 
-def build_pin_consent(server: str, entries: Sequence[PinEntry]) -> PinConsent:
-    """Ask the host's user to approve ``entries`` (pending or changed) of ``server``."""
+def build_pin_consent(server: str, entries: Sequence[PinEntry], *, package_store: str | None = None) -> PinConsent:
+    """Ask the host's user to approve ``entries`` (pending or changed) of ``server``: a launch in words, as the
+    terminal review says it (its JSON is thirty-odd mounts a person cannot judge in a host's dialog), every other
+    entry as its definition. ``package_store``: see :func:`~warden.consent.describe_launch`."""
     if not entries:
         raise ValueError("nothing to ask about")
     lines = [f"warden (the security gateway that runs MCP server {server!r} for you) needs your approval.",
@@ -59,9 +61,8 @@ def build_pin_consent(server: str, entries: Sequence[PinEntry]) -> PinConsent:
     for e in entries:
         status = "CHANGED since approved" if e.approved_digest else "NEW"
         lines.append(f"== {e.label} ({status}), digest {e.digest}")
-        if e.kind == "server" and isinstance(e.definition, dict):
-            lines.append(f"   network: {describe_network(e.definition.get('network'))}")
-        lines.extend(render_definition(e.definition))
+        lines.extend(describe_launch(e.definition, package_store=package_store) if e.kind == "server"
+                     else render_definition(e.definition))
         for f in e.findings:
             lines.append(f"   finding: {f}")
         lines.append("")

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any, Final, Protocol, final
 
+from warden.egress import describe_network
 from warden.errors import PolicyError
 from warden.escape import for_terminal
 from warden.policy.pins import PinEntry, PinState, PinStore, hidden_legend, render_definition, side_by_side
@@ -120,7 +121,7 @@ def describe_launch(manifest: Any, *, package_store: str | None = None) -> list[
     kind = sandbox.get("kind")
     if kind == "none":
         out.append("   sandbox NONE: the server runs with warden's own rights and sees everything warden sees")
-        out.append(f"   network {for_terminal(str(manifest.get('network', 'none')))}")
+        out.append(_network_line(manifest))
         return out + _env_line(manifest)
     who = {"dedicated-uid": "a dedicated uid", "invoking-user": "your own uid"}.get(str(sandbox.get("user")),
                                                                                    for_terminal(str(sandbox.get("user"))))
@@ -147,13 +148,17 @@ def describe_launch(manifest: Any, *, package_store: str | None = None) -> list[
     if rest:
         out.append(f"   reads {' and '.join(rest)}, read-only")
     out.extend(_env_line(manifest))
-    out.append(f"   network {for_terminal(str(manifest.get('network', sandbox.get('network', 'none'))))}")
+    out.append(_network_line(manifest))
     limits = sandbox.get("limits")
     if isinstance(limits, Mapping):
         scope = "the whole sandbox" if sandbox.get("memory_scope") == "sandbox" else "each process"
         out.append(f"   limits memory {limits.get('memory_mb')} MiB ({scope}), {limits.get('processes')} processes, "
                    f"CPU {limits.get('cpu_seconds')} s, writes up to {limits.get('write_quota_mb')} MiB")
     return out
+
+
+def _network_line(manifest: Mapping[str, Any]) -> str:
+    return f"   network: {for_terminal(describe_network(manifest.get('network')))}"
 
 
 def _env_line(manifest: Mapping[str, Any]) -> list[str]:

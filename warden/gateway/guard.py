@@ -38,6 +38,7 @@ from warden.errors import PolicyError, StateError
 from warden.gateway.link import Caller
 from warden.gateway.principals import approves_for_all
 from warden.gateway.shaping import routable_client_capabilities
+from warden.paths import store_dir
 from warden.policy import (
     NEUTRAL,
     Bucket,
@@ -313,7 +314,7 @@ class Guard:
                 wanted.append(entry)
         if not wanted:
             return None
-        consent = build_pin_consent(self.server, wanted)
+        consent = build_pin_consent(self.server, wanted, package_store=str(store_dir(self.store.path.parent)))
         if consent.items in self._declined:
             return None  # a human said no to exactly this; do not nag in this session
         return consent
