@@ -292,6 +292,18 @@ def _show_table(state_dir: Path, columns: int | None) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", out.decode().replace("\r\n", "\n"))
 
 
+def test_piped_show_pads_no_line_out_to_the_widest(state_dir: Path) -> None:
+    """Piped, the table is 1,000 columns wide so that no value folds: before, every line was padded with spaces out
+    to the widest row (334 characters for a short log in a new user's trial)."""
+    store = Store.open(state_dir, clock=lambda: T0)
+    store.commit([Record(event=Event.AUDIT_OPENED), decision(1, target="file:///" + "a" * 300)])
+    store.close()
+    lines = _show_table(state_dir, None).split("\n")
+    assert lines[-1] == ""
+    assert all(line == line.rstrip(" ") for line in lines)
+    assert len(lines[1]) < 150  # audit.opened's row: nothing after its own columns
+
+
 @pytest.mark.parametrize("columns", [None, 80, 120])
 def test_a_long_target_cannot_push_the_verdicts_out_of_the_table(state_dir: Path, columns: int | None) -> None:
     """A target is what a host asked for (a tool name a model made up, a server's resource URI): any length. Before,

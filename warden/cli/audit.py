@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -337,10 +338,15 @@ def _print(rows: Sequence[tuple[RawRecord, Record]], as_json: bool, redactor: Re
                       *((cell(r.principal or "", 24),) if principals else ()), cell(r.method or ""),
                       cell(r.target or ""), r.decision.value if r.decision else "",
                       r.consent.value if r.consent else "", cell(detail))
+    if sys.stdout.isatty():
+        Console(soft_wrap=False).print(table)
+        return
     # piped output: not squeezed into 80 columns, and wide enough that a value folds only past 1,000 characters
-    # (a target may hold 2,048), so that grep finds it whole
-    width = None if sys.stdout.isatty() else 1000
-    Console(soft_wrap=False, width=width).print(table)
+    # (a target may hold 2,048), so that grep finds it whole; no line padded out to the widest one
+    rendered = io.StringIO()
+    Console(soft_wrap=False, width=1000, file=rendered).print(table)
+    sys.stdout.write("".join(line.rstrip(" ") + "\n" for line in rendered.getvalue().splitlines()))
+    sys.stdout.flush()
 
 
 def _show(ctx: CommandContext, args: argparse.Namespace) -> int:
