@@ -103,6 +103,19 @@ def test_invalid_values(tmp_path: Path, text: str, error: str) -> None:
         load_policy_file(write(tmp_path / "u.toml", text), "user")
 
 
+@pytest.mark.parametrize(("text", "hint"), [
+    ("x = [1,", "fix the syntax at its last line (a value, quote or bracket left open)"),
+    ("x = 1\ny = \"open", "fix the syntax at its last line (a value, quote or bracket left open)"),
+    ("x = 1\ny = = 2\nz = 3\n", "fix the syntax at the line shown"),
+])
+def test_a_toml_error_s_hint_points_where_the_error_says(tmp_path: Path, text: str, hint: str) -> None:
+    """tomllib names a line, or says "at end of document": the hint said "the line shown" for both (a new user's
+    trial found no line shown)."""
+    with pytest.raises(ConfigError) as refused:
+        load_policy_file(write(tmp_path / "u.toml", text), "user")
+    assert refused.value.hint == hint
+
+
 @settings(max_examples=500)
 @given(st.text(alphabet="/.ab\0\n", max_size=16))
 def test_a_written_path_is_refused_or_comes_back_absolute_normalized_and_unchanged_by_a_second_pass(text: str) -> None:

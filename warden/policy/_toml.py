@@ -208,5 +208,7 @@ def parse_toml(raw: bytes, path: Path) -> tuple[dict[str, Any], dict[KeyPath, in
         raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})",
                           hint="save the file as UTF-8") from exc
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}", hint="fix the syntax at the line shown") from exc
+        where = "at its last line (a value, quote or bracket left open)" if "at end of document" in str(exc) \
+            else "at the line shown"
+        raise ConfigError(f"{path}: invalid TOML: {exc}", hint=f"fix the syntax {where}") from exc
     return doc, key_lines(text), raw
