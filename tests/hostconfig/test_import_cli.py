@@ -200,6 +200,76 @@ def test_a_tilde_the_server_would_expand_is_written_as_the_user_s_home(home: Pat
     assert table["memory"]["sandbox"] == {"write_dirs": [project]}
 
 
+def test_relative_paths_of_a_project_s_files_are_its_directory_s(home: Path, isolated_env: Path) -> None:
+    """Found in a new user's trial: `npx -y @modelcontextprotocol/server-filesystem ./data` in a project's .mcp.json
+    (Claude Code starts it in the project directory) was imported as a server that "sees none of your files", and
+    then ran against /home/mcp/data in the sandbox and crash-looped. ``./x``, ``../x`` and a bare argument naming
+    something in the project are read against the directory the host starts the server in (the .mcp.json's, the
+    project ~/.claude.json files it under, the folder of .vscode/ and .cursor/), granted, and written in full; a
+    runner's package and ``-m``'s module stay words even when the project holds a directory of that name."""
+    project = home / "project"
+    for sub in ("data", "notes", "mcp-server-git", "pkg"):
+        sandbox_writable(project / sub)
+    sandbox_writable(home / "shared")
+    (project / ".mcp.json").write_text(json.dumps({"mcpServers": {
+        "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "./data", "../shared",
+                                          "notes"]},
+        "git": {"command": "uvx", "args": ["mcp-server-git", "--repository", "."]},
+        "docs": {"command": "python3", "args": ["-m", "pkg", "--root=./data/"],
+                 "env": {"INDEX": "./notes/index.db", "LEVEL": "info"}},
+    }}))
+    user = home / ".claude.json"
+    user.write_text(json.dumps({"numStartups": 4, "projects": {str(project): {"allowedTools": [], "mcpServers": {
+        "kept": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "./data"]}}}}}))
+    vscode = project / ".vscode" / "mcp.json"
+    vscode.parent.mkdir()
+    vscode.write_text('{"servers": {"vs": {"type": "stdio", "command": "npx", "args": ["-y", "some-server", '
+                      '"../project/notes"]}}} // workspace\n')
+    cursor = project / ".cursor" / "mcp.json"
+    cursor.parent.mkdir()
+    cursor.write_text(json.dumps({"mcpServers": {"cur": {"command": "npx", "args": ["-y", "other-server", "data"]}}}))
+    r = warden(home, "import", str(project / ".mcp.json"), str(user), str(vscode), str(cursor), cwd=home / "shared")
+    assert r.returncode == 0, r.stderr
+    data, notes, shared = str(project / "data"), str(project / "notes"), str(home / "shared")
+    table = tomllib.loads(Path(os.environ["WARDEN_CONFIG"]).read_text())["servers"]
+    assert table["fs"] == {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", data, shared,
+                                                      notes],
+                           "sandbox": {"write_dirs": [data, notes, shared]}}
+    assert table["git"]["args"] == ["mcp-server-git", "--repository", str(project)]
+    assert table["git"]["sandbox"]["write_dirs"] == [str(project)]
+    assert table["docs"]["args"] == ["-m", "pkg", f"--root={data}"]
+    assert table["docs"]["env"] == {"INDEX": f"{notes}/index.db", "LEVEL": "info"}
+    assert table["docs"]["sandbox"] == {"read_dirs": [data], "write_dirs": [notes]}  # index.db is to be created
+    assert table["kept"]["args"] == ["-y", "@modelcontextprotocol/server-filesystem", data]
+    assert table["vs"]["args"] == ["-y", "some-server", notes]
+    assert table["vs"]["sandbox"] == {"read_dirs": [notes]}
+    assert table["cur"]["args"] == ["-y", "other-server", data]
+    assert table["cur"]["sandbox"] == {"read_dirs": [data]}
+
+
+@pytest.mark.parametrize("where", [".claude.json", ".config/Claude/claude_desktop_config.json", ".cursor/mcp.json"])
+def test_a_relative_path_in_a_user_level_file_is_refused_with_what_to_write(home: Path, isolated_env: Path,
+                                                                            where: str) -> None:
+    """A user-level file (~/.claude.json's own mcpServers, Claude Desktop's, Cursor's ~/.cursor/mcp.json) has no
+    project for ``./data`` to be relative to: the entry is refused, naming the argument and what to write, and
+    nothing is written."""
+    path = home / where
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = json.dumps({"numStartups": 4, "mcpServers": {"fs": {
+        "command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "--root=../x"],
+        "env": {"DB": "./db.sqlite"}}}}).encode()
+    path.write_bytes(raw)
+    r = warden(home, "import", str(path), cwd=home / "project")
+    assert r.returncode == 2
+    tail = ("and a user-level file has no project directory for it to be relative to: write it as an absolute "
+            "path (or one under ~/), or move the entry into the project's own file")
+    assert r.stderr.splitlines()[1:3] == [
+        f"warden:   {path}: mcpServers.fs: argument 3 is the relative path '../x', {tail}",
+        f"warden:   {path}: mcpServers.fs: env DB is the relative path './db.sqlite', {tail}"]
+    assert path.read_bytes() == raw
+    assert not Path(os.environ["WARDEN_CONFIG"]).exists()
+
+
 def test_a_memory_server_without_a_file_of_its_own_is_told_how_to_give_it_one(home: Path, isolated_env: Path) -> None:
     """Found in the trial: server-memory, imported as the host had it (no MEMORY_FILE_PATH), keeps its graph beside
     its own code, in warden's read-only package store, so its first create_entities answered "EROFS: read-only

@@ -154,6 +154,9 @@ class HostEntry:
     headers: Mapping[str, str]
     settings: Mapping[str, Any] = field(default_factory=dict)
     """The entry's host settings (:data:`_HOST_SETTINGS`, :data:`_ZED_SETTINGS`), as the file has them."""
+    cwd: str | None = None
+    """The project directory the host starts the server in, which its relative paths name (:func:`_project_dir`);
+    None for a user-level file, which has no project."""
 
     @property
     def remote(self) -> bool:
@@ -284,6 +287,21 @@ def _expand(host: HostKind, value: str, path: Path, home: Path) -> str:
     return value.replace("${workspaceFolder}", str(path.parent.parent))
 
 
+def _project_dir(host: HostKind, where: tuple[str, ...], path: Path, home: Path) -> str | None:
+    """The directory a host starts a project's server in: a ``.mcp.json``'s own directory, the project
+    ``~/.claude.json`` keeps the entry under, the folder holding ``.cursor/`` (not the user's ``~/.cursor``) or
+    ``.vscode/`` (what ``${workspaceFolder}`` is, :func:`_expand`). None for any other file: a user-level one has no
+    project, and Zed's and the common format's say nothing of where they start a server."""
+    if host == "claude-code" and path.name == ".mcp.json":
+        return str(path.parent)
+    if host == "claude-code" and where[0] == "projects" and where[1].startswith("/"):
+        return where[1]
+    if (host, path.name, path.parent.name) in (("cursor", "mcp.json", ".cursor"), ("vscode", "mcp.json", ".vscode")) \
+            and path.parent.parent != home:
+        return str(path.parent.parent)
+    return None
+
+
 def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home: Path) -> HostEntry:
     label = ".".join(where)
     if not isinstance(value, dict):
@@ -331,7 +349,8 @@ def _entry(host: HostKind, where: tuple[str, ...], value: Any, path: Path, home:
         args=tuple(_expand(host, a, path, home) for a in _strings(value.get("args", []), "args", label, path)),
         env={k: _expand(host, v, path, home) for k, v in _table(value.get("env", {}), "env", label, path).items()},
         url=url, headers=_table(value.get("headers", {}), "headers", label, path),
-        settings={k: v for k, v in value.items() if k in _KEPT.get(host, frozenset())})
+        settings={k: v for k, v in value.items() if k in _KEPT.get(host, frozenset())},
+        cwd=_project_dir(host, where, path, home))
 
 
 def _zed_entry(label: str, value: Any, path: Path) -> Any:

@@ -20,9 +20,11 @@ A value holding the host's own reference (``${input:token}``, ``${API_KEY}``) st
 to expand as before, and the config passes that variable by name (``${env:VAR}``).
 
 Directories. An absolute (or ``~``) argument or env value that exists becomes a proposed directory: a directory
-itself, or the directory of a file (a file that does not exist yet proposes its existing parent, writable). Servers
-that write what they are given (filesystem, git, memory) get their directories read-write; others read-only. The
-proposals are written into the config, where ``warden policy check`` and the launch approval show them.
+itself, or the directory of a file (a file that does not exist yet proposes its existing parent, writable). In a
+project's file, ``./x``, ``../x`` and a bare argument naming something in the project are read against the project
+directory the host starts the server in, and written in full; in a user-level file (no project) they are refused.
+Servers that write what they are given (filesystem, git, memory) get their directories read-write; others
+read-only. The proposals are written into the config, where ``warden policy check`` and the launch approval show them.
 """
 
 from __future__ import annotations
@@ -299,42 +301,88 @@ def _dangers(entry: HostEntry, home: str) -> list[str]:
     return out
 
 
-def _path_of(value: str, home: str) -> str | None:
+def _relative(value: str) -> bool:
+    return value in (".", "..") or value.startswith(("./", "../"))
+
+
+def _path_of(value: str, home: str, cwd: str | None = None) -> str | None:
+    """The absolute path ``value`` names: under ``~``, absolute, or (``./x``, ``../x``) relative to ``cwd``, the
+    project directory the host starts the server in."""
+    if "\x00" in value:
+        return None
     if value == "~" or value.startswith("~/"):
         return os.path.normpath(home + value[1:])
-    if value.startswith("/") and "\x00" not in value:
+    if value.startswith("/"):
         return os.path.normpath(value)
+    if cwd is not None and _relative(value):
+        return os.path.normpath(os.path.join(cwd, value))
     return None
 
 
-def _home_expanded(value: str, home: str) -> str:
-    """``value`` with a leading ``~`` (alone, ``~/...``, or after ``--option=``) written as ``home``. A server
-    that expands ``~`` itself (server-filesystem does) would otherwise expand it inside the sandbox, whose home
-    is a private one: the directory import granted (:func:`_path_of` reads ``~`` the same way) would never be the
-    one it opened."""
+_RUNNERS: Final = frozenset({"npx", "uvx", "bunx", "pnpx"})
+
+
+def _bare_path(entry: HostEntry, index: int) -> str | None:
+    """The path a bare relative argument (``data``, ``data/notes``) names in the entry's project directory, when
+    one is there; never the package a runner (``npx``, ``uvx``) is told to run, its first word not an option, nor
+    the module of ``-m``: a project may hold a directory of that name, and the word is not a path there."""
+    value = entry.args[index]
+    if entry.cwd is None or "\x00" in value or value.startswith(("-", "~", "/", ".", "@")) or "://" in value:
+        return None
+    if entry.args[index - 1:index] == ("-m",) or (PurePath(entry.command or "").name in _RUNNERS and
+                                                  not any(not a.startswith("-") for a in entry.args[:index])):
+        return None
+    path = os.path.normpath(os.path.join(entry.cwd, value))
+    return path if os.path.lexists(path) else None
+
+
+def _written(value: str, home: str, cwd: str | None) -> str:
+    """``value`` with the path :func:`_path_of` reads in it (alone, or after ``--option=``) written in full when it
+    starts with ``~`` or is relative. A server that expands ``~`` itself (server-filesystem does) would otherwise
+    expand it inside the sandbox, whose home is a private one, and a relative path would be read against the
+    sandbox's own directory, not the project's: the directory import granted would never be the one it opened."""
     option, equals, rest = value.partition("=") if value.startswith("-") else ("", "", value)
-    if rest == "~" or rest.startswith("~/"):
-        return option + equals + home + rest[1:]
+    if rest == "~" or rest.startswith("~/") or (cwd is not None and _relative(rest)):
+        return option + equals + (_path_of(rest, home, cwd) or rest)
     return value
 
 
-def _candidates(entry: HostEntry) -> list[tuple[str, str]]:
-    """(value, where) for every argument and env value that may name a path."""
-    out: list[tuple[str, str]] = []
-    for index, arg in enumerate(entry.args):
-        out.append((arg, f"argument {index + 1}"))
+def _candidates(entry: HostEntry, home: str) -> list[tuple[str, str]]:
+    """(path, where) for every argument and env value that names a path (:func:`_path_of`, :func:`_bare_path`)."""
+    values: list[tuple[str, str, int | None]] = []
+    for i, arg in enumerate(entry.args):
+        values.append((arg, f"argument {i + 1}", i))
         if arg.startswith("-") and "=" in arg:
-            out.append((arg.split("=", 1)[1], f"argument {index + 1}"))
-    out.extend((value, f"env {name}") for name, value in entry.env.items() if not host_reference(entry.host, value))
+            values.append((arg.split("=", 1)[1], f"argument {i + 1}", None))
+    values.extend((value, f"env {name}", None) for name, value in entry.env.items()
+                  if not host_reference(entry.host, value))
+    out: list[tuple[str, str]] = []
+    for value, where, index in values:
+        path = _path_of(value, home, entry.cwd) or (None if index is None else _bare_path(entry, index))
+        if path is not None:
+            out.append((path, where))
     return out
+
+
+def _unplaced(entry: HostEntry) -> list[str]:
+    """Relative paths in an entry of a user-level file, which has no project directory they could be relative
+    to, each with what to write instead."""
+    if entry.cwd is not None:
+        return []
+    values = [(a.split("=", 1)[1] if a.startswith("-") and "=" in a else a, f"argument {i + 1}")
+              for i, a in enumerate(entry.args)]
+    values.extend((value, f"env {name}") for name, value in entry.env.items())
+    return [f"{where} is the relative path {value!r}, and a user-level file has no project directory for it to be "
+            f"relative to: write it as an absolute path (or one under ~/), or move the entry into the project's "
+            f"own file" for value, where in values if _relative(value)]
 
 
 def _dirs(entry: HostEntry, home: str, problems: list[str]) -> list[ProposedDir]:
     writer = bool(_words(entry) & _WRITERS)
     found: list[ProposedDir] = []
-    for value, where in _candidates(entry):
-        path = _path_of(value, home)
-        if path is None or any(path == s or path.startswith(s + "/") for s in _SYSTEM):
+    problems.extend(_unplaced(entry))
+    for path, where in _candidates(entry, home):
+        if any(path == s or path.startswith(s + "/") for s in _SYSTEM):
             continue
         if os.path.isdir(path):
             found.append(ProposedDir(path, "write" if writer else "read", f"{where} names it"))
@@ -486,8 +534,8 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
             if option == "--name":
                 name = value
             elif option in ("--read", "--write"):
-                dirs.append(ProposedDir(_path_of(value, home) or value, "read" if option == "--read" else "write",
-                                        f"warden run {option} names it"))
+                dirs.append(ProposedDir(_path_of(value, home, entry.cwd) or value,
+                                        "read" if option == "--read" else "write", f"warden run {option} names it"))
             else:
                 dropped.append(f"{option} {value}")
         else:
@@ -497,7 +545,8 @@ def _unwrap(entry: HostEntry, home: str) -> _Wrapped | None:
         return _Wrapped(None, name, tuple(dirs), tuple(dropped), config)
     real = args[i + 1:]
     inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=real[0],
-                      args=tuple(real[1:]), env=entry.env, url=None, headers={}, settings=entry.settings)
+                      args=tuple(real[1:]), env=entry.env, url=None, headers={}, settings=entry.settings,
+                      cwd=entry.cwd)
     if len(real) == 1 and real[0].startswith(("http://", "https://")):
         inner = HostEntry(host=entry.host, where=entry.where, name=entry.name, type=entry.type, command=None, args=(),
                           env={}, url=real[0], headers={}, settings=entry.settings)
@@ -537,9 +586,9 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
                 continue
             host_env[var] = value
             env[var] = "${env:" + var + "}"
-        elif _path_of(value, home) is not None and not looks_secret(var) and os.path.exists(
-                os.path.dirname(_path_of(value, home) or "/")):
-            env[var] = _home_expanded(value, home)
+        elif _path_of(value, home, entry.cwd) is not None and not looks_secret(var) and os.path.exists(
+                os.path.dirname(_path_of(value, home, entry.cwd) or "/")):
+            env[var] = _written(value, home, entry.cwd)
         elif len(value) >= MIN_SECRET_LENGTH:
             secret = _secret_name(name, var)
             had = existing_secret(secret)
@@ -559,8 +608,8 @@ def _import_entry(f: HostFile, entry: HostEntry, name: str, warden_argv: Sequenc
                         "warden runs the command from its own config: write the value, or pass it through env")
     mine[:0] = _dangers(entry, home)
     problems.extend(f"{f.path}: {entry.label}: {p}" for p in mine)
-    argv = (entry.url,) if entry.url is not None else (entry.command or "",
-                                                        *(_home_expanded(a, home) for a in entry.args))
+    argv = (entry.url,) if entry.url is not None else (entry.command or "", *(
+        _bare_path(entry, i) or _written(a, home, entry.cwd) for i, a in enumerate(entry.args)))
     run_args = [*warden_argv[1:], "run", "--name", name]
     for header, var in headers:
         run_args += ["--header", f"{header}={var}"]
