@@ -734,14 +734,19 @@ def test_a_failed_write_puts_everything_back(home: Path, isolated_env: Path, tmp
     assert SecretStore(isolated_env, keyring=None).names() == []
 
 
-def test_undo_refuses_a_file_changed_since(home: Path, isolated_env: Path) -> None:
+def test_undo_of_a_file_changed_since_restores_its_entries_and_keeps_the_change(home: Path,
+                                                                                 isolated_env: Path) -> None:
+    """Undo used to refuse a file changed since the import ("copy it back by hand"), restoring nothing."""
     path = desktop_file(home)
+    original = path.read_bytes()
     assert warden(home, "import").returncode == 0
     path.write_bytes(path.read_bytes().replace(b"Ctrl+Space", b"Ctrl+Shift"))
     r = warden(home, "import", "--undo")
-    assert r.returncode == 2
-    assert f"{path} changed since warden imported it" in r.stderr
-    assert "host-0.orig" in r.stderr, "the hint names the backup"
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes() == original.replace(b"Ctrl+Space", b"Ctrl+Shift")
+    assert r.stdout.splitlines()[0] == (f"restored mcpServers.filesystem, mcpServers.github, mcpServers.time in "
+                                        f"{path} (the file changed since the import: everything else in it was "
+                                        "kept as it is now)")
 
 
 def test_import_refuses_what_run_would_refuse(home: Path, isolated_env: Path) -> None:

@@ -4,7 +4,8 @@ Without a path, every host file that exists at its usual place is imported (Clau
 ``~/.claude.json`` and a project's ``.mcp.json``, Cursor, VS Code's ``.vscode/mcp.json``, Windsurf, Cline, Zed's
 ``settings.json``). Each entry becomes a ``[servers.NAME]`` table of warden's config, its env values move into
 warden's secrets store, and the entry is rewritten to start ``warden run --name NAME``. ``--dry-run`` prints what
-would change and writes nothing; ``--undo`` restores the files of the last import byte for byte.
+would change and writes nothing; ``--undo`` restores the files of the last import byte for byte, or, in a file
+changed since (Claude Code rewrites ``~/.claude.json`` at every start), the entries it rewrote.
 
 What is printed may hold text from the host files (names, paths, commands): it goes through the one terminal
 escaping function and the secrets registry, so no value that moves into the store is ever shown.
@@ -43,7 +44,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                        "Zed) into warden",
         description="Turn each server entry of a host config file into a [servers.NAME] table of warden's config "
                     "(env values into warden's secrets store) and rewrite the entry to `warden run --name NAME`. "
-                    "A backup is written first; --undo restores it byte for byte.")
+                    "A backup is written first; --undo restores it (a file changed since: the entries it rewrote).")
     parser.add_argument("paths", nargs="*", type=Path, metavar="PATH",
                         help="host config files (default: every host's usual file that exists)")
     parser.add_argument("--host", choices=HOSTS, help="read PATH as this host's format (default: by its name, "
@@ -55,7 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                              "serve --server NAME ...` (every server behind one warden), not one `warden run` each")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="show what would change; write nothing")
-    mode.add_argument("--undo", action="store_true", help="restore the files of the last import byte for byte")
+    mode.add_argument("--undo", action="store_true",
+                      help="restore the files of the last import (a file changed since: its imported entries)")
     parser.set_defaults(func=import_command)
 
 
@@ -139,9 +141,17 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
     if args.undo:
         if args.paths or args.only:
             raise ConfigError("--undo takes no paths or --only", hint="run: warden import --undo")
-        record, config_back = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
-        for entry in record.data["files"]:
-            print(for_terminal(f"restored {entry['path']} (byte for byte, from {record.directory})"))
+        result = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
+        record, config_back = result.record, result.config_back
+        for entry, undone in zip(record.data["files"], result.files, strict=True):
+            if undone.restored is None:
+                print(for_terminal(f"restored {undone.path} (byte for byte, from {record.directory})"))
+            elif undone.restored:
+                print(for_terminal(f"restored {', '.join(undone.restored)} in {undone.path} (the file changed since "
+                                   "the import: everything else in it was kept as it is now)"))
+            for label in undone.left:
+                print_error(f"{undone.path}: {label} changed or was removed since warden imported it, so undo left it "
+                            f"as it is now (the file before the import: {record.directory / entry['backup']})")
         config = record.data["config"]
         if not config_back:
             added = record.data["secrets_added"]

@@ -10,9 +10,10 @@ Order of a real run (each step durable before the next):
    symlink is written through it, so a dotfile manager's link stays a link.
 
 A failure at steps 2–4 undoes the steps already taken before the error is raised. ``--undo`` takes the newest
-import not yet undone, checks that every file it wrote is still what it wrote (a file changed since is refused,
-with the path of its backup), and puts the original bytes back — byte for byte — the same atomic way; the
-secrets the import added are removed from the store.
+import not yet undone and puts the original bytes of each file unchanged since back — byte for byte — the same
+atomic way; in a file changed since (Claude Code rewrites ``~/.claude.json`` at every start), only the entries warden
+wrote that are still as it wrote them get the user's originals back (the record keeps what it wrote), everything else
+stays; the secrets the import added are removed from the store.
 """
 
 from __future__ import annotations
@@ -31,11 +32,20 @@ from typing import Any, Final, final
 
 from warden.durable import fsync_directory, write_new_file
 from warden.errors import ConfigError, StateError
+from warden.hostconfig._formats import (
+    JSONC_HOSTS,
+    REMOVED,
+    dump_host_document,
+    host_document,
+    replace_entries,
+    server_maps,
+)
+from warden.hostconfig._jsonc import rewrite_jsonc_file
 from warden.hostconfig._plan import ImportPlan
 from warden.paths import ensure_private_dir
 from warden.secrets import SecretStore
 
-__all__ = ["ImportRecord", "apply_plan", "replace_foreign_file", "undo_last_import"]
+__all__ = ["FileUndo", "ImportRecord", "UndoResult", "apply_plan", "replace_foreign_file", "undo_last_import"]
 
 _FORMAT: Final = "warden-import/1"
 
@@ -119,12 +129,13 @@ def apply_plan(plan: ImportPlan, *, state_dir: Path, store: SecretStore,
     directory.mkdir(mode=0o700)
     files: list[dict[str, Any]] = []
     for index, f in enumerate(plan.files):
-        backup = f"host-{index}.orig"
+        backup, written = f"host-{index}.orig", f"host-{index}.after"
         write_new_file(directory / backup, f.raw)
+        write_new_file(directory / written, plan.host_after[f.path])
         mode, owner = _stat_of(_real(f.path))
-        files.append({"path": str(f.path), "real_path": str(_real(f.path)), "backup": backup, "mode": mode,
-                      "owner": owner, "sha256_before": _sha(f.raw), "sha256_after": _sha(plan.host_after[f.path]),
-                      "host": f.host})
+        files.append({"path": str(f.path), "real_path": str(_real(f.path)), "backup": backup, "written": written,
+                      "mode": mode, "owner": owner, "sha256_before": _sha(f.raw),
+                      "sha256_after": _sha(plan.host_after[f.path]), "host": f.host})
     config_real = _real(plan.config_path)
     config: dict[str, Any] = {"path": str(plan.config_path), "real_path": str(config_real),
                               "existed": plan.config_before is not None,
@@ -210,42 +221,170 @@ def _records(state_dir: Path) -> Iterator[ImportRecord]:
             yield ImportRecord(directory, data)
 
 
-def undo_last_import(state_dir: Path, store: SecretStore) -> tuple[ImportRecord, bool]:
-    """Put back what the newest import (not yet undone) changed, byte for byte; returns its record and whether
-    warden's config was put back too.
+@final
+@dataclass(frozen=True, slots=True)
+class FileUndo:
+    """What undo does to one host file."""
+
+    path: str
+    data: bytes
+    """The bytes it writes."""
+    restored: tuple[str, ...] | None
+    """The entries it puts back, by key path; None when the whole file is put back byte for byte (unchanged since
+    the import)."""
+    left: tuple[str, ...] = ()
+    """Entries warden wrote that were changed or removed since, left as they are (key paths)."""
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class UndoResult:
+    record: ImportRecord
+    files: tuple[FileUndo, ...]
+    config_back: bool
+    """Whether warden's config was put back too (it was not edited since)."""
+
+
+def _entry_undo(record: ImportRecord, entry: dict[str, Any], current: bytes) -> FileUndo:
+    """For a host file changed since the import (Claude Code rewrites ``~/.claude.json`` at every start): each
+    entry warden rewrote that is still exactly what it wrote gets the user's original back; every other byte stays
+    as it now is (a JSON-with-comments file edited in place, the others re-dumped, as the import did); an entry
+    changed or removed since is left, and named. An entry the import removed (``--serve``) comes back, in place of
+    the one entry that replaced it, when that entry is itself put back.
+
+    Raises:
+        ConfigError: the file is no longer one its host can read, or the import's record has no copy of what it
+            wrote (an import by an older warden).
+    """
+    path, host = Path(entry["path"]), entry["host"]
+    if "written" not in entry:
+        raise ConfigError(f"{path} changed since warden imported it, and this import's record (by an older warden) "
+                          "does not say which entries it wrote, so undo would lose those changes",
+                          hint=f"its original is {record.directory / entry['backup']}; copy its entries back by hand; "
+                               "nothing was restored")
+    original = host_document((record.directory / entry["backup"]).read_bytes(), path, host).doc
+    written = host_document((record.directory / entry["written"]).read_bytes(), path, host).doc
+    now = host_document(current, path, host)
+    before, after, maps = server_maps(host, original), server_maps(host, written), server_maps(host, now.doc)
+    replacements: dict[tuple[str, ...], Any] = {}
+    restored: list[str] = []
+    left: list[str] = []
+    for container in dict.fromkeys([*before, *after]):
+        old, new, present = before.get(container, {}), after.get(container, {}), maps.get(container)
+        changed = [k for k in dict.fromkeys([*old, *new]) if old.get(k, _MISSING) != new.get(k, _MISSING)]
+        added = [k for k in changed if k in new]
+        back = [k for k in added if present is not None and present.get(k, _MISSING) == new[k]]
+        left.extend(".".join((*container, k)) for k in added if k not in back)
+        removed = [k for k in changed if k not in new]
+        returning = {k: old[k] for k in removed if present is not None and k not in present}
+        if removed and (back != added or len(returning) != len(removed)):  # the entry replacing them changed, or
+            left.extend(".".join((*container, k)) for k in [*back, *removed])  # a name is taken: all stay as now
+            back, returning = [], {}
+        for k in back:
+            replacements[(*container, k)] = old.get(k, REMOVED)
+        if returning and present is not None:
+            first = next((k for k in back if k not in old), None)  # the serve entry that replaced them, if new
+            rebuilt: dict[str, Any] = {}
+            for k, value in present.items():
+                if k == first:
+                    rebuilt.update(returning)
+                elif (*container, k) in replacements:
+                    if replacements[(*container, k)] is not REMOVED:
+                        rebuilt[k] = replacements[(*container, k)]
+                else:
+                    rebuilt[k] = value
+            for k in back:
+                del replacements[(*container, k)]
+            replacements[container] = rebuilt if first is not None else {**rebuilt, **returning}
+        restored.extend(".".join((*container, k)) for k in [*back, *returning] if k in old)
+    if not replacements:
+        return FileUndo(str(path), current, (), tuple(left))
+    doc = replace_entries(now.doc, replacements)
+    if host not in JSONC_HOSTS:
+        return FileUndo(str(path), dump_host_document(now, doc), tuple(restored), tuple(left))
+    try:
+        return FileUndo(str(path), rewrite_jsonc_file(now, replacements, doc), tuple(restored), tuple(left))
+    except ConfigError as exc:
+        raise ConfigError(exc.headline, hint=f"its original is {record.directory / entry['backup']}; move the "
+                                            f"comments out of the server entries of {path} and undo again; nothing "
+                                            "was restored") from exc
+
+
+_MISSING: Final = object()
+
+
+def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
+    """Put back what the newest import (not yet undone) changed: a host file unchanged since, byte for byte; one
+    changed since, entry by entry (:func:`_entry_undo`). All or nothing: every file is read and its new bytes made
+    first, then each is replaced atomically, its bytes as they were saved in the record beside the backup; a
+    failure puts back those already written.
 
     When warden's config was edited since (a server added, a policy line changed), the host files are still put
     back, but the config is left as it is, and so are the secrets the import added (a table there may still use
     them): the caller says which tables to remove. An edit is never lost.
 
     Raises:
-        ConfigError: there is no import to undo, or a host file changed since the import (nothing is restored;
-            the hint names the backup).
+        ConfigError: there is no import to undo, or a host file can no longer be read as its host's (nothing is
+            restored).
+        StateError: a file could not be written, or changed while undo ran (what was written is put back).
     """
     record = next((r for r in _records(state_dir) if r.data.get("status") == "done"), None)
     if record is None:
         raise ConfigError(f"there is no import to undo in {state_dir / 'imports'}",
                           hint="`warden import` records every import there; nothing was changed")
     data = record.data
-    for entry in data["files"]:
+    plans: list[tuple[dict[str, Any], bytes, FileUndo]] = []
+    for index, entry in enumerate(data["files"]):
         current = _read(Path(entry["real_path"]))
-        if current is None or _sha(current) != entry["sha256_after"]:
-            raise ConfigError(f"{entry['path']} changed since warden imported it, so undo would lose those changes",
+        if current is None:
+            raise ConfigError(f"{entry['path']} was removed since warden imported it",
                               hint=f"its original is {record.directory / entry['backup']}; copy it back by hand if "
                                    "that is what you want; nothing was restored")
+        if _sha(current) == entry["sha256_after"]:
+            undo = FileUndo(entry["path"], (record.directory / entry["backup"]).read_bytes(), None)
+        else:
+            undo = _entry_undo(record, entry, current)
+            write_new_file(record.directory / f"host-{index}.before-undo-{_random.token_hex(4)}", current)
+        plans.append((entry, current, undo))
     config = data["config"]
-    current = _read(Path(config["real_path"]))
-    config_back = current is not None and _sha(current) == config["sha256_after"]
-    for entry in data["files"]:
-        replace_foreign_file(Path(entry["real_path"]), (record.directory / entry["backup"]).read_bytes(),
-                             mode=entry["mode"], owner=tuple(entry["owner"]) if entry["owner"] else None)
+    current_config = _read(Path(config["real_path"]))
+    config_back = current_config is not None and _sha(current_config) == config["sha256_after"]
+    written: list[tuple[dict[str, Any], bytes]] = []
+    try:
+        for entry, current, undo in plans:
+            if undo.data != current:
+                _replace_unchanged(entry, current, undo.data)
+                written.append((entry, current))
+    except OSError as exc:
+        _put_back(written)
+        raise StateError(f"undo could not write {exc.filename} ({exc.strerror or exc}); what it had written was put "
+                         "back", hint="check free space and permissions, then run `warden import --undo` again") \
+            from exc
+    except StateError:
+        _put_back(written)
+        raise
     if config_back:
         _restore_config(record)
         for name in data["secrets_added"]:
             store.remove(name)
     data["status"] = "undone" if config_back else "undone, config kept"
     record.save()
-    return record, config_back
+    return UndoResult(record, tuple(undo for _, _, undo in plans), config_back)
+
+
+def _replace_unchanged(entry: dict[str, Any], current: bytes, data: bytes) -> None:
+    """Replace a host file with ``data`` if it still holds ``current`` (its host may rewrite it at any time)."""
+    real = Path(entry["real_path"])
+    if _read(real) != current:
+        raise StateError(f"{entry['path']} changed while undo was running (its host rewrote it?); what undo had "
+                         "written was put back", hint="run `warden import --undo` again")
+    replace_foreign_file(real, data, mode=entry["mode"], owner=tuple(entry["owner"]) if entry["owner"] else None)
+
+
+def _put_back(written: list[tuple[dict[str, Any], bytes]]) -> None:
+    for entry, data in written:
+        replace_foreign_file(Path(entry["real_path"]), data, mode=entry["mode"],
+                             owner=tuple(entry["owner"]) if entry["owner"] else None)
 
 
 def _read(path: Path) -> bytes | None:

@@ -43,8 +43,8 @@ from typing import Any, Final, Literal, final
 from warden.errors import ConfigError
 
 __all__ = ["HOSTS", "JSONC_HOSTS", "REMOVED", "HostEntry", "HostFile", "HostKind", "Renamed", "default_paths",
-           "detect_host", "dump_host_document", "host_reference", "no_duplicates", "parse_host_file",
-           "replace_entries", "strip_jsonc"]
+           "detect_host", "dump_host_document", "host_document", "host_reference", "no_duplicates",
+           "parse_host_file", "replace_entries", "server_maps", "strip_jsonc"]
 
 HostKind = Literal["claude-desktop", "claude-code", "cursor", "vscode", "zed", "mcp-json"]
 HOSTS: Final[tuple[HostKind, ...]] = ("claude-desktop", "claude-code", "cursor", "vscode", "zed", "mcp-json")
@@ -417,6 +417,57 @@ def _not_importable(path: Path) -> str | None:
     return None
 
 
+def _text(raw: bytes, path: Path) -> str:
+    if len(raw) > MAX_HOST_FILE:
+        raise ConfigError(f"{path}: larger than {MAX_HOST_FILE >> 20} MiB", hint="is this a host config file?")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})",
+                          hint="save it as UTF-8; nothing was written") from exc
+
+
+def _document(text: str, path: Path, host: HostKind) -> dict[str, Any]:
+    try:
+        body = strip_jsonc(text) if host in JSONC_HOSTS else text
+        doc = json.loads(body, object_pairs_hook=no_duplicates)
+    except _Duplicate as exc:
+        raise ConfigError(f"{path}: the key {exc.key!r} appears twice in one object (the host would keep only the "
+                          "last)", hint=f"remove or rename one of them in {path}; nothing was written") from exc
+    except (ValueError, RecursionError) as exc:
+        raise ConfigError(f"{path}: not valid JSON{' with comments' if host in JSONC_HOSTS else ''}: {exc}",
+                          hint=f"fix the syntax of {path} (the host cannot read it either); nothing was "
+                               "written") from exc
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{path}: the top level is not a JSON object", hint=f"is {path} a host config file?")
+    return doc
+
+
+def host_document(raw: bytes, path: Path, host: HostKind) -> HostFile:
+    """The bytes of ``host``'s file read as a document only, its entries not checked (``--undo`` reads a file the
+    user and the host may have changed since the import, and edits only the entries warden wrote).
+
+    Raises:
+        ConfigError: not UTF-8, not JSON (with comments, for :data:`JSONC_HOSTS`), not an object, a duplicate key.
+    """
+    text = _text(raw, path)
+    return HostFile(path=path, host=host, raw=raw, doc=_document(text, path, host), entries=(),
+                    indent=_indent_of(text))
+
+
+def server_maps(host: HostKind, doc: Mapping[str, Any]) -> dict[tuple[str, ...], Mapping[str, Any]]:
+    """Every object of server entries in ``doc``, by key path: where :func:`parse_host_file` finds entries."""
+    key = _SERVERS_KEY.get(host, "mcpServers")
+    out: dict[tuple[str, ...], Mapping[str, Any]] = {}
+    if isinstance(doc.get(key), dict):
+        out[(key,)] = doc[key]
+    projects = doc.get("projects") if host == "claude-code" else None
+    for project, settings in (projects.items() if isinstance(projects, dict) else ()):
+        if isinstance(settings, dict) and isinstance(settings.get("mcpServers"), dict):
+            out[("projects", project, "mcpServers")] = settings["mcpServers"]
+    return out
+
+
 def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, home: Path | None = None) -> HostFile:
     """Parse the bytes of a host file as that host does and list its server entries.
 
@@ -426,13 +477,7 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
             message names the file and the key, the hint the fix.
     """
     home = home if home is not None else Path.home()
-    if len(raw) > MAX_HOST_FILE:
-        raise ConfigError(f"{path}: larger than {MAX_HOST_FILE >> 20} MiB", hint="is this a host config file?")
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})",
-                          hint="save it as UTF-8; nothing was written") from exc
+    text = _text(raw, path)
     foreign = _not_importable(path)
     if foreign is not None and host is None:
         raise ConfigError(f"{path}: {foreign}, which warden import does not read (it reads the JSON files of Claude "
@@ -440,19 +485,7 @@ def parse_host_file(raw: bytes, path: Path, *, host: HostKind | None = None, hom
                           hint="add each of its servers to warden's config by hand, as a [servers.NAME] table with "
                                "its command, args and env, and change the host's entry to start `warden run --name "
                                "NAME`; nothing was written")
-    guess = host or detect_host(path)
-    try:
-        body = strip_jsonc(text) if guess in JSONC_HOSTS else text
-        doc = json.loads(body, object_pairs_hook=no_duplicates)
-    except _Duplicate as exc:
-        raise ConfigError(f"{path}: the key {exc.key!r} appears twice in one object (the host would keep only the "
-                          "last)", hint=f"remove or rename one of them in {path}; nothing was written") from exc
-    except (ValueError, RecursionError) as exc:
-        raise ConfigError(f"{path}: not valid JSON{' with comments' if guess in JSONC_HOSTS else ''}: {exc}",
-                          hint=f"fix the syntax of {path} (the host cannot read it either); nothing was "
-                               "written") from exc
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{path}: the top level is not a JSON object", hint=f"is {path} a host config file?")
+    doc = _document(text, path, host or detect_host(path))
     kind = host or detect_host(path, doc)
     if kind == "vscode" and "mcpServers" in doc and "servers" not in doc:
         raise ConfigError(f"{path}: VS Code reads servers from a \"servers\" object, and this file has "
