@@ -935,7 +935,7 @@ def test_undo_after_warden_s_config_was_edited_restores_the_host_file_and_keeps_
     assert r.returncode == 0, r.stderr
     assert path.read_bytes() == original
     assert config.read_text() == edited
-    assert "changed since the import, so it was left as it is" in r.stderr
+    assert "was left as it is (it changed since the import)" in r.stderr
     assert "[servers.github]" in r.stderr
     assert "warden secrets rm" in r.stderr
     again = warden(home, "import", "--undo")

@@ -86,7 +86,9 @@ def test_undo_after_claude_code_rewrote_claude_json_restores_the_entries_and_kee
 
 def test_an_entry_the_user_changed_since_is_left_and_named(tmp_path: Path, isolated_env: Path) -> None:
     """An entry warden wrote that the user edited (or removed) since is not put back over their edit: it stays,
-    undo says which one on stderr, and every other entry still comes back."""
+    undo says which one on stderr, and every other entry still comes back. warden's config stays too: the entry
+    left still starts `warden run --name time` (before: undo removed the config it had created, and that entry
+    could no longer start)."""
     home = tmp_path / "home"
     sandbox_writable(home / "project")
     path = home / ".claude.json"
@@ -101,9 +103,13 @@ def test_an_entry_the_user_changed_since_is_left_and_named(tmp_path: Path, isola
     assert r.returncode == 0, r.stderr
     assert path.read_text() == json.dumps(with_entries(doc, home, edited, MEMORY), indent=2)
     record = next((isolated_env / "imports").iterdir())
+    config = Path(os.environ["WARDEN_CONFIG"])
     assert r.stderr.splitlines() == [
         f"warden: {path}: mcpServers.time changed or was removed since warden imported it, so undo left it as it is "
-        f"now (the file before the import: {record / 'host-0.orig'})"]
+        f"now (the file before the import: {record / 'host-0.orig'})",
+        f"warden: warden's config {config} was left as it is (an entry left above still starts warden): remove the "
+        "imported tables by hand if you no longer want them ([servers.time], [servers.memory])"]
+    assert "[servers.time]" in config.read_text(), "the entry left still starts warden run --name time"
     assert r.stdout.splitlines()[0] == (f"restored projects.{home / 'project'}.mcpServers.memory in {path} (the file "
                                         "changed since the import: everything else in it was kept as it is now)")
 

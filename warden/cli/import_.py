@@ -155,7 +155,9 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         config = record.data["config"]
         if not config_back:
             added = record.data["secrets_added"]
-            print_error(f"warden's config {config['path']} changed since the import, so it was left as it is: "
+            why = "an entry left above still starts warden" if any(u.left for u in result.files) else \
+                "it changed since the import"
+            print_error(f"warden's config {config['path']} was left as it is ({why}): "
                         f"remove the imported tables by hand if you no longer want them "
                         f"({', '.join(f'[servers.{name}]' for name in record.data['servers'])})"
                         + (f", and their secrets (warden secrets rm {' '.join(added)})" if added else ""))

@@ -319,9 +319,10 @@ def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
     first, then each is replaced atomically, its bytes as they were saved in the record beside the backup; a
     failure puts back those already written.
 
-    When warden's config was edited since (a server added, a policy line changed), the host files are still put
-    back, but the config is left as it is, and so are the secrets the import added (a table there may still use
-    them): the caller says which tables to remove. An edit is never lost.
+    When warden's config was edited since (a server added, a policy line changed), or an entry was left (it still
+    starts warden), the host files are still put back, but the config is left as it is, and so are the secrets the
+    import added (a table there may still use them): the caller says which tables to remove. An edit is never
+    lost.
 
     Raises:
         ConfigError: there is no import to undo, or a host file can no longer be read as its host's (nothing is
@@ -348,7 +349,9 @@ def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
         plans.append((entry, current, undo))
     config = data["config"]
     current_config = _read(Path(config["real_path"]))
-    config_back = current_config is not None and _sha(current_config) == config["sha256_after"]
+    # an entry left as it is still starts `warden run --name NAME`: its table (and secrets) must stay
+    config_back = current_config is not None and _sha(current_config) == config["sha256_after"] and \
+        not any(undo.left for _, _, undo in plans)
     written: list[tuple[dict[str, Any], bytes]] = []
     try:
         for entry, current, undo in plans:
