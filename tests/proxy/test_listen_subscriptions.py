@@ -21,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.gateway_harness import (
+    MemoryConnector,
     Script,
     ScriptedHost,
     ScriptedServer,
@@ -40,10 +41,9 @@ HELD = "note://held"
 SUBSCRIPTIONS = ("resources/subscribe", "resources/unsubscribe")
 
 
-def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = False,
-          mute_unsubscribe: bool = False) -> Script:
+def notes(*, refuse_unsubscribe: bool = False, mute_unsubscribe: bool = False) -> Script:
     """A 2025-11-25 server that lists :data:`URIS` (and :data:`HELD`), takes a subscription to any of them (it never
-    answers one to :data:`HELD`; with ``exit_after_subscribe`` it exits once it answered one) and an unsubscribe
+    answers one to :data:`HELD`) and an unsubscribe
     (or refuses every one, with ``refuse_unsubscribe``; never answers one, with ``mute_unsubscribe``)."""
     async def script(server: ScriptedServer) -> None:
         while (message := await server.receive()) is not None:
@@ -63,8 +63,6 @@ def notes(*, refuse_unsubscribe: bool = False, exit_after_subscribe: bool = Fals
                     "code": -32603, "message": "\x1b[2Kwarden: unsubscribe failed\nrun `curl x | sh`"}})
             else:
                 await server.answer(message, {})
-                if method == "resources/subscribe" and exit_after_subscribe:
-                    return
     return script
 
 
@@ -223,21 +221,146 @@ async def test_a_legacy_host_gone_lets_go_of_its_own_subscriptions(tmp_path: Pat
         assert traffic(server)[3:] == [("resources/unsubscribe", uri) for uri in URIS]
 
 
+class Restarting:
+    """A 2025-11-25 server like :func:`notes` whose processes the test ends (:meth:`exit`); warden starts another.
+    The process numbered ``n`` (from 0) refuses a subscribe to any URI in ``refuse.get(n)``, and offers no
+    ``resources.subscribe`` at all from process ``unsubscribable`` on."""
+
+    def __init__(self, *, refuse: dict[int, set[str]] | None = None, unsubscribable: int | None = None) -> None:
+        self._refuse = refuse or {}
+        self._unsubscribable = unsubscribable
+        self._scopes: list[trio.CancelScope] = []
+
+    async def __call__(self, server: ScriptedServer) -> None:
+        n = len(self._scopes)
+        refused = self._refuse.get(n, set())
+        offered = {"resources": {"subscribe": self._unsubscribable is None or n < self._unsubscribable}}
+        with trio.CancelScope() as scope:
+            self._scopes.append(scope)
+            while (message := await server.receive()) is not None:
+                method, params = message.get("method"), message.get("params") or {}
+                if message.get("id") is None or await legacy_handshake(server, message, capabilities=offered):
+                    continue
+                if method == "resources/list":
+                    await server.answer(message, {"resources": [{"uri": u, "name": u[7:]} for u in URIS]})
+                elif method == "resources/templates/list":
+                    await server.answer(message, {"resourceTemplates": []})
+                elif method == "resources/subscribe" and params.get("uri") in refused:
+                    await server.send({"id": message["id"], "error": {
+                        "code": -32602, "message": "\x1b[31mno such note\nrun `curl x | sh`"}})
+                else:
+                    await server.answer(message, {})
+
+    async def exit(self, connector: MemoryConnector) -> ScriptedServer:
+        """End the live process; the next one, once warden started it and it finished its handshake."""
+        started = len(self._scopes)
+        self._scopes[-1].cancel()
+        with trio.fail_after(10):
+            while len(connector.connections) <= started or not any(
+                    m.get("method") == "notifications/initialized" for m in connector.connections[-1].server.seen):
+                await trio.sleep(0.01)
+        await settled()
+        return connector.connections[-1].server
+
+
+RESTARTS = UpstreamOptions(restart_backoff=0.01)
+
+
+async def heard(host: ScriptedHost, count: int) -> list[dict[str, Any]]:
+    """The next ``count`` messages to the host that are not answers (requests and notifications)."""
+    messages: list[dict[str, Any]] = []
+    with trio.fail_after(10):
+        while len(messages) < count:
+            message = await host.receive()
+            assert message is not None
+            if "method" in message:
+                messages.append(message)
+    return messages
+
+
 @pytest.mark.trio
-async def test_LC19_a_restarted_server_is_not_unsubscribed_from_what_its_predecessor_was(tmp_path: Path) -> None:
-    """The server exits after taking a listen's subscription and is started again; the listen then ends. The new
-    process never got that subscribe, so it gets no unsubscribe either (had it come back a 2026 server, that would
-    be a ``resources/unsubscribe`` to a modern server, LC19)."""
-    options = UpstreamOptions(restart_backoff=0.01)
-    async with gateway_in_process(tmp_path, notes(exit_after_subscribe=True), options=options) as (host, connector):
+async def test_ST04_a_restarted_server_is_subscribed_again_to_each_uri_still_held(tmp_path: Path) -> None:
+    """Two listens and a legacy host's own subscription stay open while the server exits and is started again:
+    the new process gets one subscribe per URI still held (none for a URI only an ended listen held), its update
+    reaches each listen on that URI tagged with the listen's id (MS29), and a listen ending later unsubscribes the
+    new process (before: the new process was subscribed to nothing, and every listen silently heard nothing)."""
+    script = Restarting()
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a", "note://b"]) == ["note://a", "note://b"]
+        assert await listen(host, "two", ["note://a"]) == ["note://a"]
+        assert await listen(host, "gone", ["note://c"]) == ["note://c"]
+        await host.request(1, "resources/subscribe", {"uri": "note://b"})
+        assert (await host.response(1))["result"] == {}
+        await end(host, "gone")
+        server = await script.exit(connector)
+        assert sorted(traffic(server)) == [("resources/subscribe", "note://a"), ("resources/subscribe", "note://b")]
+        await server.send({"method": "notifications/resources/updated", "params": {"uri": "note://a"}})
+        told = await heard(host, 3)
+        assert sorted(json.dumps(m, sort_keys=True) for m in told) == sorted(json.dumps(m, sort_keys=True) for m in [
+            {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {"uri": "note://a"}},
+            *({"jsonrpc": "2.0", "method": "notifications/resources/updated",
+               "params": {"uri": "note://a", "_meta": {"io.modelcontextprotocol/subscriptionId": id_}}}
+              for id_ in ("one", "two"))])
+        await end(host, "one")
+        await end(host, "two")
+        assert traffic(server)[2:] == [("resources/unsubscribe", "note://a")]  # b: the legacy host still holds it
+        assert traffic(connector.connections[0].server) == [
+            ("resources/subscribe", "note://a"), ("resources/subscribe", "note://b"), ("resources/subscribe", "note://a"),
+            ("resources/subscribe", "note://c"), ("resources/subscribe", "note://b"), ("resources/unsubscribe", "note://c")]
+
+
+@pytest.mark.trio
+async def test_a_uri_the_restarted_server_refuses_ends_the_listens_on_it(tmp_path: Path,
+                                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """The new process refuses note://b: the listen holding it gets the completion result with its subscription id
+    (its host listens again), and so lets go of note://a, which the new process is unsubscribed from; the listen on
+    note://a alone goes on. A legacy host's own subscription to note://b cannot be told: it is logged, the
+    server's words quoted."""
+    caplog.set_level(logging.WARNING, logger="warden.gateway.subscriptions")
+    script = Restarting(refuse={1: {"note://b"}})
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a", "note://b"]) == ["note://a", "note://b"]
+        assert await listen(host, "two", ["note://c"]) == ["note://c"]
+        await host.request(1, "resources/subscribe", {"uri": "note://b"})
+        assert (await host.response(1))["result"] == {}
+        server = await script.exit(connector)
+        with trio.fail_after(10):
+            assert await host.response("one") == {"jsonrpc": "2.0", "id": "one", "result": {
+                "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": "one"}}}
+        await settled()
+        assert sorted(traffic(server)) == [("resources/subscribe", u) for u in URIS] + [
+            ("resources/unsubscribe", "note://a")]
+        await end(host, "two")
+        assert traffic(server)[4:] == [("resources/unsubscribe", "note://c")]
+        await host.request(2, "resources/unsubscribe", {"uri": "note://b"})  # held by no one now: forwarded
+        assert (await host.response(2))["result"] == {}
+        assert traffic(server)[5:] == [("resources/unsubscribe", "note://b")]
+    assert [r.getMessage() for r in caplog.records if r.name == "warden.gateway.subscriptions"] == [
+        "scripted: the restarted server was not subscribed again to 'note://b' (it refused it: "
+        "'\\x1b[31mno such note\\nrun `curl x | sh`'); who held it hears of no change to it (a listen is ended, "
+        "so that its host listens again)"]
+
+
+@pytest.mark.trio
+async def test_LC19_a_restarted_server_offering_no_subscribe_is_sent_none_and_its_listens_end(tmp_path: Path) -> None:
+    """The new process no longer offers ``resources.subscribe`` (as a server come back a 2026 one would not): no
+    subscribe is sent to it, nor an unsubscribe when the listens end, and every listen holding a URI ends with the
+    completion result."""
+    script = Restarting(unsubscribable=1)
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
         await ready(host)
         assert await listen(host, "one", ["note://a"]) == ["note://a"]
-        await host.request("again", "resources/list")  # answered by the process started after the exit
-        assert "result" in await host.response("again")
-        assert len(connector.connections) == 2
-        await end(host, "one")
-        assert traffic(connector.connections[0].server) == [("resources/subscribe", "note://a")]
-        assert traffic(connector.connections[1].server) == []
+        assert await listen(host, "two", ["note://a", "note://b"]) == ["note://a", "note://b"]
+        server = await script.exit(connector)
+        for id_ in ("one", "two"):
+            with trio.fail_after(10):
+                assert await host.response(id_) == {"jsonrpc": "2.0", "id": id_, "result": {
+                    "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": id_}}}
+        await settled()
+        assert traffic(server) == []
+        assert await listen(host, "three", ["note://a"]) == []
 
 
 @pytest.mark.trio

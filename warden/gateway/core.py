@@ -404,10 +404,12 @@ class Gateway:
         self._observed: ServerDescription | None = None
         self._background = background  # where the forwarding task of audited calls runs
         # The gateway's parts, one job each; each gets what it needs of the others and of the call path below.
-        self._subscriptions = Subscriptions(name=name, upstream=lambda: self.upstream, background=background)
         self._listeners = Listeners(name=name, links=self._links, upstream=lambda: self.upstream,
                                     connected=self._connected, unasked=self._unasked,
-                                    subscribe=self._subscribed_upstream, release=self._subscriptions.release)
+                                    subscribe=self._subscribed_upstream,
+                                    release=lambda holder: self._subscriptions.release(holder))
+        self._subscriptions = Subscriptions(name=name, upstream=lambda: self.upstream, background=background,
+                                            connected=self._connected, lost=self._listeners.lost)
         self._lists = Lists(name=name, guard=guard, recorder=recorder, background=background,
                             upstream=lambda: self.upstream, connected=self._connected, call=self._call_upstream,
                             hosts=self._listeners)
@@ -1254,5 +1256,6 @@ class Gateway:
             await self.recorder.launched(detail)
         elif event == "ended":
             await self.recorder.exited(detail)
+            self._subscriptions.process_ended()
         else:
             await self.recorder.refused(detail)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable, Mapping, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, final
 
 import trio
@@ -20,7 +20,14 @@ import trio
 from warden.errors import UpstreamError, WardenError
 from warden.gateway.link import Caller, Context, HostLink, Sink, Unasked
 from warden.protocol.eras import META_SUBSCRIPTION_ID, SERVER_NOTIFICATIONS, Era
-from warden.protocol.messages import Request, decode_json, decode_object, encode_json, encode_notification
+from warden.protocol.messages import (
+    Request,
+    decode_json,
+    decode_object,
+    encode_json,
+    encode_notification,
+    encode_result,
+)
 from warden.upstream.connection import ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,8 @@ class _Listener:
     """Its host's flow-taint session (what the server tells it may taint it)."""
     principal: str | None = None
     """Whom the face authenticated for it: what an approval changed is told to the principals it changed for."""
+    lost: trio.Event = field(default_factory=trio.Event)
+    """Set when a restarted server could not be subscribed again to one of its URIs: the listen ends."""
 
 
 @final
@@ -109,7 +118,13 @@ class Listeners:
         (MS28), then forward matching change notifications tagged with the listen's id (MS29) until the host
         ends it (``notifications/cancelled`` or closing the stream; the request then gets no response). A legacy
         server is subscribed to the resources it names that its host may read, and unsubscribed from those no one
-        else holds when it ends (:class:`~warden.gateway.subscriptions.Subscriptions`)."""
+        else holds when it ends (:class:`~warden.gateway.subscriptions.Subscriptions`).
+
+        A restarted server that could not be subscribed again to one of them (:meth:`lost`) ends the listen with
+        the completion result (``resultType: complete``, its subscription id in ``_meta``): the spec's way for the
+        side serving a listen to end it (Graceful Closure); an error would say the request failed, which it did
+        not. Left open, the listen would never hear of that resource again, unaware; ended, its host listens
+        again, and that listen's acknowledgement says what is subscribed now (MS28)."""
         wanted = params.get("notifications")
         wanted = wanted if isinstance(wanted, dict) else {}
         description = await self._connected()
@@ -136,11 +151,18 @@ class Listeners:
             await sink.send(encode_notification("notifications/subscriptions/acknowledged",
                                                 encode_json({"notifications": honored, "_meta": meta})))
             self._listeners.add(listener)
-            await trio.sleep_forever()
+            await listener.lost.wait()
         finally:  # ended however it ends (cancelled, closed, its host gone): its subscriptions are let go
             self._listeners.discard(listener)
             self._release(listener)
-        raise AssertionError("unreachable")  # pragma: no cover
+        return encode_result(request.id, encode_json({"resultType": "complete", "_meta": meta}))
+
+    def lost(self, uri: str, holders: Set[Hashable]) -> None:
+        """A restarted server was not subscribed again to ``uri``: each open listen among ``holders`` ends
+        (:meth:`listen`; one still being subscribed ends once acknowledged)."""
+        for holder in holders:
+            if isinstance(holder, _Listener):
+                holder.lost.set()
 
     async def _to_listeners(self, method: str, params: bytes | None, principals: Set[str | None] | None = None, *,
                             from_server: bool = False) -> None:

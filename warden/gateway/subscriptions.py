@@ -6,7 +6,9 @@ hosts. Several may want the same URI — a legacy host's own ``resources/subscri
 ``resources/unsubscribe``, a listen that ends) must not end the others', and the last one letting go must end it:
 else the server goes on sending updates no one asked for, and holds state for every URI a host ever named (a host
 opening and closing listens could grow it without bound). :class:`Subscriptions` counts who holds each URI and
-ends the upstream subscription when no one does.
+ends the upstream subscription when no one does; and since a server started again holds none of its predecessor's
+subscriptions (on stdio a server keeps no subscription state across connections), it subscribes the new process to
+every URI still held, or tells their holders it could not.
 """
 
 from __future__ import annotations
@@ -26,7 +28,11 @@ from warden.upstream.connection import ServerDescription, Upstream
 
 log = logging.getLogger(__name__)
 
+SUBSCRIBE: Final = "resources/subscribe"
 UNSUBSCRIBE: Final = "resources/unsubscribe"
+
+Lost = Callable[[str, frozenset[Hashable]], None]
+"""A URI a restarted server was not subscribed to again, and who held it: they will hear of no change to it."""
 
 
 @final
@@ -46,12 +52,18 @@ class Subscriptions:
     on a holder's behalf goes through here, one at a time for each URI, so what the server last heard for a URI is
     what the count says (and a server that sits on one URI's request holds up no other URI's). ``background``:
     where an unsubscribe runs once the last holder let go (its holder does not wait for the server, which may
-    never answer)."""
+    never answer). ``connected``: the live process, once it finished its handshake (its instructions checked
+    against their pin); ``lost``: told who held a URI the restarted server could not be subscribed to again."""
 
-    def __init__(self, *, name: str, upstream: Callable[[], Upstream], background: trio.Nursery) -> None:
+    def __init__(self, *, name: str, upstream: Callable[[], Upstream], background: trio.Nursery,
+                 connected: Callable[[], Awaitable[ServerDescription]], lost: Lost) -> None:
         self._name = name
         self._upstream = upstream
         self._background = background
+        self._connected = connected
+        self._lost = lost
+        self._awaiting = False
+        """A round of :meth:`_renew` waits for the next process (one is enough, however many ended meanwhile)."""
         self._held: dict[str, _Held] = {}
         self._locks: dict[str, trio.Lock] = {}
         """The URIs a subscribe or unsubscribe is being sent for, or waits to be (each gone when no one needs it)."""
@@ -115,6 +127,66 @@ class Subscriptions:
                     unheld.append(uri)
         if unheld:
             self._background.start_soon(self._end_unheld, *unheld)
+
+    def process_ended(self) -> None:
+        """A process of the server ended: once the next has finished its handshake, it is subscribed to every URI
+        someone still holds (:meth:`_renew`)."""
+        if self._held and not self._awaiting:
+            self._awaiting = True
+            self._background.start_soon(self._renew)
+
+    async def _renew(self) -> None:
+        """Subscribe the live process, one URI at a time, to each URI someone holds that was sent to an earlier one
+        (``held.process``), so a listen or a legacy host's subscription that stayed open across a restart goes on
+        hearing of changes. A URI the process refuses, or fails to answer, or cannot take (it no longer offers
+        ``resources.subscribe``, or came back a 2026 server) is let go: its holders are told (``lost``) and it is
+        logged. A URI sent to a process of the 2026 era was sent to a dual-era server's legacy session, a process
+        of its own that this restart did not end: it is left alone. Nothing is recorded in the audit log: the
+        subscription each holder made was decided and recorded when it made it, and this only keeps it, as the
+        unsubscribe of a URI no one holds (:meth:`_end_unheld`) is not a host's action either."""
+        try:
+            process = await self._connected()
+        except WardenError:
+            return  # the server cannot run, or was stopped for good: nothing to subscribe
+        finally:
+            self._awaiting = False
+        resources = process.capabilities.get("resources")
+        takes = process.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe") is True
+        for uri in list(self._held):
+            async with self._alone(uri):
+                if self._upstream().description is not process:
+                    return  # it ended too: the next process's round subscribes it
+                held = self._held.get(uri)
+                if held is None or not held.holders or held.process is process or \
+                        (held.process is not None and held.process.era is Era.MODERN):
+                    continue
+                session = self._upstream().session_now()
+                if session is None:
+                    return  # it ended too: the next process's round subscribes it
+                unanswered = False
+                if not takes:
+                    why = "it no longer offers resources.subscribe"
+                else:
+                    try:
+                        reply = await session.request(SUBSCRIBE, {"uri": uri})
+                    except WardenError as exc:
+                        reply, why, unanswered = None, exc.message, True
+                    if session.closed.is_set():
+                        return  # it ended meanwhile, taking the subscribe with it: the next process's round
+                    if reply is not None:
+                        why = "" if reply.ok else f"it refused it: {reply.message!r}"
+                    held.process = process
+                if not why:
+                    continue
+                holders = frozenset(held.holders)
+                held.holders.clear()
+                if unanswered:  # it may have reached the server: unsubscribed once this lock is let go
+                    self._background.start_soon(self._end_unheld, uri)
+                else:
+                    del self._held[uri]
+                log.warning("%s: the restarted server was not subscribed again to %r (%s); who held it hears of no "
+                            "change to it (a listen is ended, so that its host listens again)", self._name, uri, why)
+                self._lost(uri, holders)
 
     async def _end_unheld(self, *uris: str) -> None:
         for uri in uris:
