@@ -364,6 +364,29 @@ async def test_LC19_a_restarted_server_offering_no_subscribe_is_sent_none_and_it
 
 
 @pytest.mark.trio
+async def test_LC19_a_restart_racing_a_listens_end_leaves_nothing_subscribed(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """The listen ends in the same moment the server exits: whatever order the end, the restart and the renewal
+    run in, the new process gets no unsubscribe it was not subscribed for, and is left subscribed to nothing; the
+    dying process's closed connection is not logged as a refused unsubscribe (before: the unsubscribe of a URI
+    sent to the process that ended waited for the next process and went to it, a resources/unsubscribe to a 2026
+    server had it come back one, LC19)."""
+    caplog.set_level(logging.WARNING, logger="warden.gateway.subscriptions")
+    script = Restarting()
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a", "note://b"]) == ["note://a", "note://b"]
+        await host.notify("notifications/cancelled", {"requestId": "one"})
+        server = await script.exit(connector)
+        subscribed: set[str] = set()
+        for method, uri in traffic(server):
+            assert (method == "resources/subscribe") == (uri not in subscribed), traffic(server)
+            subscribed ^= {uri}
+        assert subscribed == set()
+    assert [r.getMessage() for r in caplog.records if r.name == "warden.gateway.subscriptions"] == []
+
+
+@pytest.mark.trio
 async def test_a_listen_subscribes_to_the_first_256_resources_it_names_only(tmp_path: Path) -> None:
     """A host naming a million resources on one listen had warden decide, record and send each; the first
     :data:`MAX_LISTEN_URIS` (after duplicates) are considered, as ``warden serve`` already did, and the

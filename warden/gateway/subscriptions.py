@@ -195,12 +195,14 @@ class Subscriptions:
                 if held is None or held.holders:
                     continue  # already ended, or held again meanwhile
                 del self._held[uri]
-                if held.process is not self._upstream().description:
-                    continue  # the process it was sent to is gone, and its subscriptions with it
+                session = self._upstream().session_now(Era.LEGACY)
+                if held.process is not self._upstream().description or session is None or \
+                        session.era is not Era.LEGACY:
+                    continue  # the process it was sent to is gone (or going), and its subscriptions with it (LC19)
                 try:
-                    reply = await self._upstream().request(UNSUBSCRIBE, {"uri": uri}, lane=Era.LEGACY)
+                    reply = await session.request(UNSUBSCRIBE, {"uri": uri}, lane=Era.LEGACY)
                 except WardenError as exc:
                     log.warning("%s: %s %r failed: %s", self._name, UNSUBSCRIBE, uri, exc.message)
                     continue
-                if not reply.ok:
+                if not reply.ok and not session.closed.is_set():  # closed: it ended, and the subscription with it
                     log.warning("%s: the server refused %s %r: %r", self._name, UNSUBSCRIBE, uri, reply.message)
