@@ -422,6 +422,7 @@ _STEPS = st.lists(st.one_of(
     st.tuples(st.just("listen"), st.lists(st.sampled_from(URIS), max_size=3)),
     st.tuples(st.just("end"), st.integers(0, 7)),
     st.tuples(st.sampled_from(["resources/subscribe", "resources/unsubscribe"]), st.sampled_from(URIS)),
+    st.tuples(st.just("restart"), st.none()),
 ), max_size=14)
 
 
@@ -431,12 +432,14 @@ def test_upstream_subscriptions_follow_their_holders(tmp_path_factory: pytest.Te
                                                      steps: list[tuple[str, Any]]) -> None:
     """After every step the server has heard exactly what the model says: a subscribe for each URI a listen or the
     legacy host asks for, and an unsubscribe when the last of them lets go of it (a legacy host's unsubscribe of a
-    URI no live listen holds is the host's own, forwarded); when the host goes, an unsubscribe for each URI still
-    held."""
+    URI no live listen holds is the host's own, forwarded); when the server exits and is started again, the new
+    process hears a subscribe for each URI still held, and every later step goes to it; when the host goes, an
+    unsubscribe for each URI still held."""
     tmp = tmp_path_factory.mktemp("model")
 
     async def run() -> None:
-        async with gateway_in_process(tmp, notes()) as (host, connector):
+        script = Restarting()
+        async with gateway_in_process(tmp, script, options=RESTARTS) as (host, connector):
             await ready(host)
             server = connector.connections[-1].server
             live: dict[str, list[str]] = {}
@@ -464,6 +467,9 @@ def test_upstream_subscriptions_follow_their_holders(tmp_path_factory: pytest.Te
                     own.discard(arg)
                     if not any(arg in held for held in live.values()):
                         expected = [(step, arg)]
+                elif step == "restart":
+                    server, heard = await script.exit(connector), 0
+                    expected = [("resources/subscribe", uri) for uri in own.union(*live.values())]
                 await settled()
                 now = traffic(server)
                 assert sorted(now[heard:]) == sorted(expected), (steps[:n + 1], now)  # a step's in any order
