@@ -31,7 +31,7 @@ from tests.gateway_harness import (
 )
 from tests.http_server.test_face import EventReader, recording
 from tests.http_server.warden_http import MODERN, warden_http
-from tests.obligations.scripts import modern_meta
+from tests.obligations.scripts import modern_meta, modern_server
 from warden.gateway.listen import MAX_LISTEN_URIS
 from warden.upstream.connection import UpstreamOptions
 
@@ -223,12 +223,15 @@ async def test_a_legacy_host_gone_lets_go_of_its_own_subscriptions(tmp_path: Pat
 
 class Restarting:
     """A 2025-11-25 server like :func:`notes` whose processes the test ends (:meth:`exit`); warden starts another.
-    The process numbered ``n`` (from 0) refuses a subscribe to any URI in ``refuse.get(n)``, and offers no
-    ``resources.subscribe`` at all from process ``unsubscribable`` on."""
+    The process numbered ``n`` (from 0) refuses a subscribe to any URI in ``refuse.get(n)``, offers no
+    ``resources.subscribe`` at all from process ``unsubscribable`` on, and is a 2026-only server from process
+    ``modern`` on."""
 
-    def __init__(self, *, refuse: dict[int, set[str]] | None = None, unsubscribable: int | None = None) -> None:
+    def __init__(self, *, refuse: dict[int, set[str]] | None = None, unsubscribable: int | None = None,
+                 modern: int | None = None) -> None:
         self._refuse = refuse or {}
         self._unsubscribable = unsubscribable
+        self._modern = modern
         self._scopes: list[trio.CancelScope] = []
 
     async def __call__(self, server: ScriptedServer) -> None:
@@ -237,6 +240,8 @@ class Restarting:
         offered = {"resources": {"subscribe": self._unsubscribable is None or n < self._unsubscribable}}
         with trio.CancelScope() as scope:
             self._scopes.append(scope)
+            if self._modern is not None and n >= self._modern:
+                await modern_server(server, capabilities={"resources": {}})
             while (message := await server.receive()) is not None:
                 method, params = message.get("method"), message.get("params") or {}
                 if message.get("id") is None or await legacy_handshake(server, message, capabilities=offered):
@@ -251,13 +256,20 @@ class Restarting:
                 else:
                     await server.answer(message, {})
 
-    async def exit(self, connector: MemoryConnector) -> ScriptedServer:
-        """End the live process; the next one, once warden started it and it finished its handshake."""
-        started = len(self._scopes)
+    def end(self) -> None:
+        """End the live process (warden starts another)."""
         self._scopes[-1].cancel()
+
+    async def exit(self, connector: MemoryConnector, *, renewed: int = 0) -> ScriptedServer:
+        """End the live process; the next one, once warden started it, it finished its legacy handshake and heard
+        ``renewed`` subscribes (warden first checks its instructions' pin in a thread, which
+        :func:`settled` does not wait for)."""
+        started = len(self._scopes)
+        self.end()
         with trio.fail_after(10):
             while len(connector.connections) <= started or not any(
-                    m.get("method") == "notifications/initialized" for m in connector.connections[-1].server.seen):
+                    m.get("method") == "notifications/initialized" for m in connector.connections[-1].server.seen) \
+                    or len(traffic(connector.connections[-1].server)) < renewed:
                 await trio.sleep(0.01)
         await settled()
         return connector.connections[-1].server
@@ -293,7 +305,7 @@ async def test_ST04_a_restarted_server_is_subscribed_again_to_each_uri_still_hel
         await host.request(1, "resources/subscribe", {"uri": "note://b"})
         assert (await host.response(1))["result"] == {}
         await end(host, "gone")
-        server = await script.exit(connector)
+        server = await script.exit(connector, renewed=2)
         assert sorted(traffic(server)) == [("resources/subscribe", "note://a"), ("resources/subscribe", "note://b")]
         await server.send({"method": "notifications/resources/updated", "params": {"uri": "note://a"}})
         told = await heard(host, 3)
@@ -325,7 +337,7 @@ async def test_a_uri_the_restarted_server_refuses_ends_the_listens_on_it(tmp_pat
         assert await listen(host, "two", ["note://c"]) == ["note://c"]
         await host.request(1, "resources/subscribe", {"uri": "note://b"})
         assert (await host.response(1))["result"] == {}
-        server = await script.exit(connector)
+        server = await script.exit(connector, renewed=3)
         with trio.fail_after(10):
             assert await host.response("one") == {"jsonrpc": "2.0", "id": "one", "result": {
                 "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": "one"}}}
@@ -361,6 +373,31 @@ async def test_LC19_a_restarted_server_offering_no_subscribe_is_sent_none_and_it
         await settled()
         assert traffic(server) == []
         assert await listen(host, "three", ["note://a"]) == []
+
+
+@pytest.mark.trio
+async def test_LC19_a_server_restarted_as_a_2026_one_is_sent_no_subscribe_and_its_listens_end(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The server comes back a 2026-only one (after the legacy handshake it is now refused, a fresh process is
+    probed): no ``resources/subscribe`` (nor unsubscribe) reaches it, the listen ends with the completion result,
+    and the legacy host's own subscription, which cannot be told, is logged."""
+    caplog.set_level(logging.WARNING, logger="warden.gateway.subscriptions")
+    script = Restarting(modern=1)
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        await host.request(1, "resources/subscribe", {"uri": "note://b"})
+        assert (await host.response(1))["result"] == {}
+        script.end()
+        with trio.fail_after(10):
+            assert await host.response("one") == {"jsonrpc": "2.0", "id": "one", "result": {
+                "resultType": "complete", "_meta": {"io.modelcontextprotocol/subscriptionId": "one"}}}
+        await settled()
+        assert [traffic(c.server) for c in connector.connections[1:]] == [[]] * (len(connector.connections) - 1)
+    assert sorted(r.getMessage() for r in caplog.records if r.name == "warden.gateway.subscriptions") == [
+        f"scripted: the restarted server was not subscribed again to {uri!r} (it came back a 2026 server); who "
+        "held it hears of no change to it (a listen is ended, so that its host listens again)"
+        for uri in ("note://a", "note://b")]
 
 
 @pytest.mark.trio
@@ -468,8 +505,8 @@ def test_upstream_subscriptions_follow_their_holders(tmp_path_factory: pytest.Te
                     if not any(arg in held for held in live.values()):
                         expected = [(step, arg)]
                 elif step == "restart":
-                    server, heard = await script.exit(connector), 0
                     expected = [("resources/subscribe", uri) for uri in own.union(*live.values())]
+                    server, heard = await script.exit(connector, renewed=len(expected)), 0
                 await settled()
                 now = traffic(server)
                 assert sorted(now[heard:]) == sorted(expected), (steps[:n + 1], now)  # a step's in any order

@@ -165,7 +165,8 @@ class Subscriptions:
                     return  # it ended too: the next process's round subscribes it
                 unanswered = False
                 if not takes:
-                    why = "it no longer offers resources.subscribe"
+                    why = "it came back a 2026 server" if process.era is Era.MODERN else \
+                        "it no longer offers resources.subscribe"
                 else:
                     try:
                         reply = await session.request(SUBSCRIBE, {"uri": uri})
