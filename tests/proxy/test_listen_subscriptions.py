@@ -225,11 +225,12 @@ class Restarting:
     """A 2025-11-25 server like :func:`notes` whose processes the test ends (:meth:`exit`); warden starts another.
     The process numbered ``n`` (from 0) refuses a subscribe to any URI in ``refuse.get(n)``, offers no
     ``resources.subscribe`` at all from process ``unsubscribable`` on, and is a 2026-only server from process
-    ``modern`` on."""
+    ``modern`` on; the processes numbered in ``brief`` exit as soon as their handshake is done."""
 
     def __init__(self, *, refuse: dict[int, set[str]] | None = None, unsubscribable: int | None = None,
-                 modern: int | None = None) -> None:
+                 modern: int | None = None, brief: range = range(0)) -> None:
         self._refuse = refuse or {}
+        self._brief = brief
         self._unsubscribable = unsubscribable
         self._modern = modern
         self._scopes: list[trio.CancelScope] = []
@@ -244,6 +245,8 @@ class Restarting:
                 await modern_server(server, capabilities={"resources": {}})
             while (message := await server.receive()) is not None:
                 method, params = message.get("method"), message.get("params") or {}
+                if method == "notifications/initialized" and n in self._brief:
+                    return
                 if message.get("id") is None or await legacy_handshake(server, message, capabilities=offered):
                     continue
                 if method == "resources/list":
@@ -320,6 +323,25 @@ async def test_ST04_a_restarted_server_is_subscribed_again_to_each_uri_still_hel
         assert traffic(connector.connections[0].server) == [
             ("resources/subscribe", "note://a"), ("resources/subscribe", "note://b"), ("resources/subscribe", "note://a"),
             ("resources/subscribe", "note://c"), ("resources/subscribe", "note://b"), ("resources/unsubscribe", "note://c")]
+
+
+@pytest.mark.trio
+async def test_ST04_a_process_that_ends_before_it_is_subscribed_again_leaves_it_to_the_next(tmp_path: Path) -> None:
+    """The first restarted process exits as soon as its handshake is done (it may end while warden, still
+    checking its instructions' pin, has not yet subscribed it): the process after it is subscribed, and the listen
+    stays open (before: a round whose process ended that early gave up and started no other, so the next process
+    was subscribed to nothing; this failed one run in three)."""
+    script = Restarting(brief=range(1, 2))
+    async with gateway_in_process(tmp_path, script, options=RESTARTS) as (host, connector):
+        await ready(host)
+        assert await listen(host, "one", ["note://a"]) == ["note://a"]
+        server = await script.exit(connector, renewed=1)
+        assert len(connector.connections) == 3
+        assert traffic(connector.connections[1].server) == []
+        assert traffic(server) == [("resources/subscribe", "note://a")]
+        await server.send({"method": "notifications/resources/updated", "params": {"uri": "note://a"}})
+        assert {"jsonrpc": "2.0", "method": "notifications/resources/updated", "params": {
+            "uri": "note://a", "_meta": {"io.modelcontextprotocol/subscriptionId": "one"}}} in await heard(host, 2)
 
 
 @pytest.mark.trio

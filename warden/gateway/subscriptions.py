@@ -150,19 +150,24 @@ class Subscriptions:
             return  # the server cannot run, or was stopped for good: nothing to subscribe
         finally:
             self._awaiting = False
+        if not await self._subscribe_again(process):
+            self.process_ended()  # it ended too (maybe before its end could start a round): the next one's turn
+
+    async def _subscribe_again(self, process: ServerDescription) -> bool:
+        """:meth:`_renew` on ``process``; False if it ended before it was done."""
         resources = process.capabilities.get("resources")
         takes = process.era is Era.LEGACY and isinstance(resources, dict) and resources.get("subscribe") is True
         for uri in list(self._held):
             async with self._alone(uri):
                 if self._upstream().description is not process:
-                    return  # it ended too: the next process's round subscribes it
+                    return False
                 held = self._held.get(uri)
                 if held is None or not held.holders or held.process is process or \
                         (held.process is not None and held.process.era is Era.MODERN):
                     continue
                 session = self._upstream().session_now()
                 if session is None:
-                    return  # it ended too: the next process's round subscribes it
+                    return False
                 unanswered = False
                 if not takes:
                     why = "it came back a 2026 server" if process.era is Era.MODERN else \
@@ -173,7 +178,7 @@ class Subscriptions:
                     except WardenError as exc:
                         reply, why, unanswered = None, exc.message, True
                     if session.closed.is_set():
-                        return  # it ended meanwhile, taking the subscribe with it: the next process's round
+                        return False  # it ended meanwhile, taking the subscribe with it
                     if reply is not None:
                         why = "" if reply.ok else f"it refused it: {reply.message!r}"
                     held.process = process
@@ -188,6 +193,7 @@ class Subscriptions:
                 log.warning("%s: the restarted server was not subscribed again to %r (%s); who held it hears of no "
                             "change to it (a listen is ended, so that its host listens again)", self._name, uri, why)
                 self._lost(uri, holders)
+        return True
 
     async def _end_unheld(self, *uris: str) -> None:
         for uri in uris:
