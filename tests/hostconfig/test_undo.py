@@ -245,3 +245,27 @@ def test_unrelated_edits_never_stop_undo_and_are_always_kept(tmp_path: Path, iso
         for p in record.iterdir():
             p.unlink()
         record.rmdir()
+
+
+def test_a_host_file_removed_since_is_left_removed_and_the_others_are_undone(tmp_path: Path,
+                                                                             isolated_env: Path) -> None:
+    """Before, one host file removed since the import made undo refuse everything ("was removed since warden
+    imported it ... nothing was restored"). Now the others are put back, and the removed one is named and left
+    removed: made again, it would be a file its user did not want."""
+    home = tmp_path / "home"
+    project = sandbox_writable(home / "project")
+    path = home / ".claude.json"
+    raw = json.dumps(claude_json(home), indent=2).encode()
+    path.write_bytes(raw)
+    mcp = project / ".mcp.json"
+    mcp.write_bytes(b'{"mcpServers": {"fetch": {"type": "stdio", "command": "uvx", "args": ["mcp-server-fetch"]}}}\n')
+    assert warden(home, "import", cwd=project).returncode == 0
+    mcp.unlink()
+    r = warden(home, "import", "--undo")
+    assert r.returncode == 0, r.stderr
+    assert path.read_bytes() == raw
+    assert not mcp.exists()
+    record = next((isolated_env / "imports").iterdir())
+    assert f"warden: {mcp} was removed since warden imported it, so undo left it removed (the file before the " \
+           f"import: {record / 'host-1.orig'})" in r.stderr.splitlines()
+    assert f"restored {path} (byte for byte, from {record})" in r.stdout.splitlines()

@@ -144,7 +144,10 @@ def import_command(ctx: CommandContext, args: argparse.Namespace) -> int:
         result = undo_last_import(ctx.private_state_dir(), SecretStore(ctx.state_dir))
         record, config_back = result.record, result.config_back
         for entry, undone in zip(record.data["files"], result.files, strict=True):
-            if undone.restored is None:
+            if undone.removed:
+                print_error(f"{undone.path} was removed since warden imported it, so undo left it removed (the file "
+                            f"before the import: {record.directory / entry['backup']})")
+            elif undone.restored is None:
                 print(for_terminal(f"restored {undone.path} (byte for byte, from {record.directory})"))
             elif undone.restored:
                 print(for_terminal(f"restored {', '.join(undone.restored)} in {undone.path} (the file changed since "

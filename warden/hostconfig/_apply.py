@@ -234,6 +234,8 @@ class FileUndo:
     the import)."""
     left: tuple[str, ...] = ()
     """Entries warden wrote that were changed or removed since, left as they are (key paths)."""
+    removed: bool = False
+    """The file was removed since the import: left removed (its entries no longer start anything)."""
 
 
 @final
@@ -315,7 +317,7 @@ _MISSING: Final = object()
 
 def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
     """Put back what the newest import (not yet undone) changed: a host file unchanged since, byte for byte; one
-    changed since, entry by entry (:func:`_entry_undo`). All or nothing: every file is read and its new bytes made
+    changed since, entry by entry (:func:`_entry_undo`); one removed since stays removed. All or nothing: every file is read and its new bytes made
     first, then each is replaced atomically, its bytes as they were saved in the record beside the backup; a
     failure puts back those already written.
 
@@ -337,10 +339,9 @@ def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
     plans: list[tuple[dict[str, Any], bytes, FileUndo]] = []
     for index, entry in enumerate(data["files"]):
         current = _read(Path(entry["real_path"]))
-        if current is None:
-            raise ConfigError(f"{entry['path']} was removed since warden imported it",
-                              hint=f"its original is {record.directory / entry['backup']}; copy it back by hand if "
-                                   "that is what you want; nothing was restored")
+        if current is None:  # the user's (or the host's) doing: made again, it would be a file they did not want
+            plans.append((entry, b"", FileUndo(entry["path"], b"", (), removed=True)))
+            continue
         if _sha(current) == entry["sha256_after"]:
             undo = FileUndo(entry["path"], (record.directory / entry["backup"]).read_bytes(), None)
         else:
@@ -355,7 +356,7 @@ def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
     written: list[tuple[dict[str, Any], bytes]] = []
     try:
         for entry, current, undo in plans:
-            if undo.data != current:
+            if not undo.removed and undo.data != current:
                 _replace_unchanged(entry, current, undo.data)
                 written.append((entry, current))
     except OSError as exc:
