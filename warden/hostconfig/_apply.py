@@ -317,9 +317,9 @@ _MISSING: Final = object()
 
 def undo_last_import(state_dir: Path, store: SecretStore) -> UndoResult:
     """Put back what the newest import (not yet undone) changed: a host file unchanged since, byte for byte; one
-    changed since, entry by entry (:func:`_entry_undo`); one removed since stays removed. All or nothing: every file is read and its new bytes made
-    first, then each is replaced atomically, its bytes as they were saved in the record beside the backup; a
-    failure puts back those already written.
+    changed since, entry by entry (:func:`_entry_undo`); one removed since stays removed. All or nothing: every
+    file is read and its new bytes made first, then each is replaced atomically, its bytes as they were saved in
+    the record beside the backup; a failure puts back those already written.
 
     When warden's config was edited since (a server added, a policy line changed), or an entry was left (it still
     starts warden), the host files are still put back, but the config is left as it is, and so are the secrets the
