@@ -5,6 +5,8 @@ GET stream, the calls and the DELETE that ends the session - carries ``Authoriza
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -20,26 +22,35 @@ from warden.transport.http_config import http_config
 from warden.upstream.connection import Upstream, UpstreamOptions
 
 
-async def test_AU03_the_token_goes_on_every_request_probe_get_and_delete_included(tmp_path: Path) -> None:
-    legacy = LegacyMock()
-    fake = FakeAuth(mcp=legacy)
+@asynccontextmanager
+async def oauth_upstream(fake: FakeAuth, tmp_path: Path, present: Callable[[str], Awaitable[None]]
+                         ) -> AsyncIterator[Upstream]:
+    """An :class:`Upstream` running over the real HTTP client, with an OAuth client whose user is ``present``, to
+    ``fake``'s MCP server (served meanwhile)."""
     async with trio.open_nursery() as outer:
         await outer.start(fake.server.serve)
         url = fake.origin + "/mcp"
         client = OAuthClient(url, "mock", OAuthSettings(timeout=20),
-                             CredentialStore(SecretStore(tmp_path, keyring=None)), present=follow)
+                             CredentialStore(SecretStore(tmp_path, keyring=None)), present=present)
         connector = HttpConnector(http_config(url), "mock", auth=client)
         upstream = Upstream(name="mock", connector=connector, handler=Recorder(),
                             options=UpstreamOptions(probe_timeout=10, request_timeout=20))
         upstream.set_legacy_capabilities({})
         async with trio.open_nursery() as inner:
             await inner.start(upstream.run)
-            with trio.fail_after(30):
-                await upstream.wait_connected()
-                reply = await upstream.request("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
-            assert reply.ok, reply.error
+            yield upstream
             inner.cancel_scope.cancel()
         outer.cancel_scope.cancel()
+
+
+async def test_AU03_the_token_goes_on_every_request_probe_get_and_delete_included(tmp_path: Path) -> None:
+    legacy = LegacyMock()
+    fake = FakeAuth(mcp=legacy)
+    async with oauth_upstream(fake, tmp_path, follow) as upstream:
+        with trio.fail_after(30):
+            await upstream.wait_connected()
+            reply = await upstream.request("tools/call", {"name": "echo", "arguments": {"text": "hi"}})
+        assert reply.ok, reply.error
     to_mcp = [s for s in fake.server.seen if s.path == "/mcp"]
     first_authorized = next(i for i, s in enumerate(to_mcp) if s.header("authorization"))
     assert [s.header("authorization") for s in to_mcp[:first_authorized]] == [None]  # the probe that got 401
@@ -73,24 +84,12 @@ async def test_a_server_demanding_a_new_scope_on_every_call_gets_the_user_asked_
     legacy = LegacyMock(on_call=demand)
     fake = FakeAuth(mcp=legacy)
     replies = []
-    async with trio.open_nursery() as outer:
-        await outer.start(fake.server.serve)
-        url = fake.origin + "/mcp"
-        client = OAuthClient(url, "mock", OAuthSettings(timeout=20),
-                             CredentialStore(SecretStore(tmp_path, keyring=None)), present=user)
-        connector = HttpConnector(http_config(url), "mock", auth=client)
-        upstream = Upstream(name="mock", connector=connector, handler=Recorder(),
-                            options=UpstreamOptions(probe_timeout=10, request_timeout=20))
-        upstream.set_legacy_capabilities({})
-        async with trio.open_nursery() as inner:
-            await inner.start(upstream.run)
-            with trio.fail_after(60):
-                await upstream.wait_connected()
-                for _ in range(4):
-                    replies.append(await upstream.request("tools/call", {"name": "echo", "arguments": {}}))
-                other = await upstream.request("tools/call", {"name": "other", "arguments": {}})
-            inner.cancel_scope.cancel()
-        outer.cancel_scope.cancel()
+    async with oauth_upstream(fake, tmp_path, user) as upstream:
+        with trio.fail_after(60):
+            await upstream.wait_connected()
+            for _ in range(4):
+                replies.append(await upstream.request("tools/call", {"name": "echo", "arguments": {}}))
+            other = await upstream.request("tools/call", {"name": "other", "arguments": {}})
     assert len(shown) == 3
     assert len(fake.seen("/authorize")) == 3
     assert replies[0].error == b'{"code":-32603,"message":"HTTP 403 (no content type)","data":{"httpStatus":403}}'

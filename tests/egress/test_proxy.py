@@ -41,6 +41,16 @@ def names_for(net: NetLab) -> dict[str, str]:
             "lo.test": "127.0.0.1", "away.test": net.server_ip}
 
 
+def attached(proxy: EgressProxy) -> int:
+    """Attach a listener on 127.0.0.1 to ``proxy``, as a sandbox's door is; its port."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    proxy.attach(listener)
+    port: int = listener.getsockname()[1]
+    return port
+
+
 def status_line(answer: bytes) -> str:
     return answer.split(b"\r\n", 1)[0].decode()
 
@@ -218,11 +228,7 @@ async def test_what_cannot_be_recorded_is_refused_and_the_proxy_goes_on(net: Net
     proxy = EgressProxy(rules_for(net), _BrokenLog(), resolver=static_resolver(names_for(net)))
     async with trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        proxy.attach(listener)
-        port = listener.getsockname()[1]
+        port = attached(proxy)
         answers = [await exchange(port, f"GET http://web.test:{HTTP_PORT}/small HTTP/1.1\r\n\r\n".encode())
                    for _ in range(2)]
         nursery.cancel_scope.cancel()
@@ -242,11 +248,7 @@ async def test_warden_s_own_port_is_refused_even_inside_allow_addresses() -> Non
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(proxy.serve)
-            listener = socket.socket()
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(4)
-            proxy.attach(listener)
-            port = listener.getsockname()[1]
+            port = attached(proxy)
             connect = f"CONNECT lo.test:{taken} HTTP/1.1\r\n\r\n".encode()
             before = await exchange(port, connect, close_after=True)
             proxy.own_ports.add(taken)
@@ -277,11 +279,7 @@ async def test_a_refusal_is_a_warning_in_the_log_the_host_keeps(tmp_path: Path,
                                 resolver=static_resolver({"lo.test": "127.0.0.1"}))
             async with trio.open_nursery() as nursery:
                 await nursery.start(proxy.serve)
-                listener = socket.socket()
-                listener.bind(("127.0.0.1", 0))
-                listener.listen(4)
-                proxy.attach(listener)
-                port = listener.getsockname()[1]
+                port = attached(proxy)
                 ok = await exchange(port, f"CONNECT lo.test:{allowed} HTTP/1.1\r\n\r\n".encode(), close_after=True)
                 refused = await exchange(port, b"CONNECT pypi.org:443 HTTP/1.1\r\n\r\n")
                 nursery.cancel_scope.cancel()
@@ -334,11 +332,7 @@ async def test_a_response_head_longer_than_max_head_is_refused() -> None:
     async with upstream, trio.open_nursery() as nursery:
         await nursery.start(proxy.serve)
         nursery.start_soon(answer_once, upstream, b"HTTP/1.1 200 OK\r\nX-Pad: " + b"a" * MAX_HEAD + b"\r\n\r\nbody")
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        proxy.attach(listener)
-        answer = await exchange(listener.getsockname()[1], f"GET http://lo.test:{taken}/ HTTP/1.1\r\n\r\n".encode(),
+        answer = await exchange(attached(proxy), f"GET http://lo.test:{taken}/ HTTP/1.1\r\n\r\n".encode(),
                                 close_after=True)
         nursery.cancel_scope.cancel()
     assert status_line(answer) == ("HTTP/1.1 502 warden egress refused: the upstream response head is too large; to "
