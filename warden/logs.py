@@ -27,7 +27,7 @@ from warden.errors import WardenError
 from warden.escape import for_terminal
 from warden.secrets import Redactor
 
-__all__ = ["MAX_LINE", "configure", "configure_command", "shown", "shutdown", "use_redactor"]
+__all__ = ["MAX_LINE", "configure", "configure_command", "say", "shown", "shutdown", "use_redactor"]
 
 MAX_LINE: Final = 2000
 _QUEUE_RECORDS: Final = 10_000
@@ -142,6 +142,14 @@ def shown(text: str, *, keep_newlines: bool = False, limit: int | None = None) -
     """
     out = _formatter.shown_or_withheld(text, keep_newlines=keep_newlines)
     return out if limit is None else _cut(out, limit)
+
+
+def say(text: str) -> None:
+    """Write ``text`` (already escaped) to stderr as one line, in one write. ``print`` writes the text and its line
+    end apart, and warden's log thread writes to the same stderr: a log line landed between them once, and the
+    line that names the HTTP face's URL read ``.../mcpwarden: WARNING: ...`` (seen in make test)."""
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
 
 
 def shutdown() -> None:

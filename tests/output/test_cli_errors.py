@@ -4,10 +4,14 @@ bytes are checked as the terminal would get them."""
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -237,3 +241,25 @@ def test_a_reader_that_goes_away_is_not_reported_as_a_bug(state_dir: Path) -> No
         os.close(write)
     assert done.returncode == 141, done.stderr
     assert done.stderr == ""
+
+
+def test_a_line_warden_says_is_never_split_by_its_log_thread(capfd: pytest.CaptureFixture[str]) -> None:
+    """warden's log lines are written by a thread of their own to the same stderr. ``print`` wrote a line's text and
+    its line end apart, and a log line landed between them: ``warden serve --http`` once announced its URL as
+    ``http://127.0.0.1:34381/mcpwarden: WARNING: ...`` (make test). A line said with :func:`logs.say` is one write.
+    The switch interval is cut to a microsecond so that the threads interleave (``print`` fails this every run)."""
+    logs.configure(logging.INFO, stream=sys.stderr)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        chatter = threading.Thread(target=lambda: [logging.getLogger("warden.test").warning("log line %d", i)
+                                                   for i in range(3000)])
+        chatter.start()
+        for i in range(3000):
+            logs.say(f"said line {i}")
+        chatter.join()
+    finally:
+        sys.setswitchinterval(interval)
+        logs.shutdown()
+    said = [line for line in capfd.readouterr().err.splitlines() if "said line" in line]
+    assert said == [f"said line {i}" for i in range(3000)]

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import trio
 
+from warden import logs
 from warden.escape import for_terminal
 
 __all__ = ["BrowserMode", "describe_authorization_url", "present_authorization_url"]
@@ -83,7 +84,7 @@ async def present_authorization_url(url: str, server: str, mode: BrowserMode) ->
     browser that cannot be started (the URL was shown)."""
     interactive = mode == "ask" and _tty_available()
     highlight = interactive or (hasattr(sys.stderr, "isatty") and sys.stderr.isatty())
-    print(describe_authorization_url(url, server, highlight=highlight), file=sys.stderr, flush=True)
+    logs.say(describe_authorization_url(url, server, highlight=highlight))
     if mode == "never":
         return
     if mode == "ask":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ def print_error(text: str, *, limit: int | None = None) -> None:
     """The one way a command writes an error line to stderr: ``warden: <text>``, redacted and escaped for the
     terminal (:func:`warden.logs.shown`), since errors quote servers, witnesses and host configs (and usage errors
     quote arguments pasted from them). ``limit`` cuts the line after redaction and escaping."""
-    print(f"warden: {logs.shown(text, limit=limit)}", file=sys.stderr)
+    logs.say(f"warden: {logs.shown(text, limit=limit)}")
 
 
 def print_traceback(exc: BaseException) -> None:
@@ -32,7 +31,7 @@ def print_traceback(exc: BaseException) -> None:
     inside a message cannot start a line that passes for another warden line."""
     text = "".join(traceback.format_exception(exc)).rstrip("\n")
     for line in logs.shown(text, keep_newlines=True).split("\n"):
-        print(f"warden: traceback: {line}", file=sys.stderr)
+        logs.say(f"warden: traceback: {line}")
 
 
 @final

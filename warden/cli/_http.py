@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from warden import logs
 from warden.cli._common import CommandContext
 from warden.errors import ConfigError
 from warden.gateway.http_access import parse_bind
@@ -132,10 +132,8 @@ def _resource_server(args: argparse.Namespace, host: str, port: int) -> Resource
 
 def announce(url: str, token_file: Path | None) -> None:
     """Tell the user where the endpoint is and where its token lives (never the token itself)."""
-    print(f"{SERVING_PREFIX}{url}", file=sys.stderr, flush=True)
+    logs.say(f"{SERVING_PREFIX}{url}")
     if token_file is None:
-        print("warden: WARNING: --no-auth: any program on this machine may use this endpoint", file=sys.stderr,
-              flush=True)
+        logs.say("warden: WARNING: --no-auth: any program on this machine may use this endpoint")
     else:
-        print(f'warden: bearer token in {token_file} (hosts send "Authorization: Bearer <that token>")',
-              file=sys.stderr, flush=True)
+        logs.say(f'warden: bearer token in {token_file} (hosts send "Authorization: Bearer <that token>")')
