@@ -27,7 +27,7 @@ from warden.errors import WardenError
 from warden.escape import for_terminal
 from warden.secrets import Redactor
 
-__all__ = ["MAX_LINE", "configure", "configure_command", "say", "shown", "shutdown", "use_redactor"]
+__all__ = ["MAX_LINE", "LineRate", "configure", "configure_command", "say", "shown", "shutdown", "use_redactor"]
 
 MAX_LINE: Final = 2000
 _QUEUE_RECORDS: Final = 10_000
@@ -142,6 +142,32 @@ def shown(text: str, *, keep_newlines: bool = False, limit: int | None = None) -
     """
     out = _formatter.shown_or_withheld(text, keep_newlines=keep_newlines)
     return out if limit is None else _cut(out, limit)
+
+
+@final
+class LineRate:
+    """How many log lines one source a server drives may write (its stderr, its refused connections): a burst, then
+    ``per_second``. warden's log queue drops what it cannot hold, so a server writing without end would otherwise
+    crowd warden's own warnings out of it; what is held back is counted and said with the next line let through."""
+
+    def __init__(self, per_second: float, burst: float) -> None:
+        self._per_second = per_second
+        self._burst = burst
+        self._tokens = burst
+        self._last = 0.0
+        self._held = 0
+
+    def admit(self, now: float) -> int | None:
+        """Whether a line may be written at ``now`` (seconds, any monotonic clock): None if not (it is counted),
+        else how many were held back since the last one let through."""
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._per_second)
+        self._last = now
+        if self._tokens < 1:
+            self._held += 1
+            return None
+        self._tokens -= 1
+        held, self._held = self._held, 0
+        return held
 
 
 def say(text: str) -> None:

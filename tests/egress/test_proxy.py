@@ -28,6 +28,7 @@ from warden.egress import (
     EgressRules,
     ProxyLimits,
 )
+from warden.egress._audit import REFUSAL_BURST
 
 
 def rules_for(net: NetLab) -> EgressRules:
@@ -291,6 +292,26 @@ async def test_a_refusal_is_a_warning_in_the_log_the_host_keeps(tmp_path: Path,
     assert [(r.levelname, r.getMessage()) for r in caplog.records if r.name == "warden.egress._audit"] == [
         ("WARNING", 'fetch: egress refused: pypi.org:443 is not on the egress allow-list; to allow it: '
                     'network.allow = ["pypi.org:443"]')]
+
+
+async def test_a_server_retrying_a_refused_host_in_a_loop_gets_a_few_warnings_not_one_each(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """warden's log queue drops what it cannot hold: a warning per refusal would let a server retrying in a loop
+    crowd warden's own warnings out of it. The first :data:`REFUSAL_BURST` are said, then two a second, and the
+    next one said counts those held back (the audit log has each)."""
+    now = [1000.0]
+    monkeypatch.setattr("warden.egress._audit.time.monotonic", lambda: now[0])
+    recorder = EgressRecorder(None, server_name="loop", server_id=None, policy_digest=None)
+    refused = EgressDecision(False, "pypi.org", 443, None, "pypi.org:443 is not on the egress allow-list",
+                             'network.allow = ["pypi.org:443"]')
+    for _ in range(100):
+        await recorder.decided(refused)
+    now[0] += 0.5  # one more may be said
+    await recorder.decided(refused)
+    said = [r.getMessage() for r in caplog.records if r.name == "warden.egress._audit"]
+    assert len(said) == REFUSAL_BURST + 2
+    assert said[-2] == "loop: (80 more egress refusals not shown; the audit log has each)"
+    assert said[-1] == said[0]
 
 
 async def test_a_large_body_arrives_whole_and_is_counted(net: NetLab) -> None:

@@ -9,13 +9,21 @@ without this line a user would find the reason only in the audit log."""
 from __future__ import annotations
 
 import logging
-from typing import final
+import time
+from typing import Final, final
 
 from warden import audit
 from warden.egress._allow import Verdict
 from warden.egress._proxy import EgressDecision, EgressTally, refusal_text
+from warden.logs import LineRate
 
 log = logging.getLogger(__name__)
+
+REFUSALS_PER_SECOND: Final = 2.0
+"""Refusal warnings one server's connections may write to warden's log a second, after :data:`REFUSAL_BURST`: a
+server retrying a refused host in a loop gets a few, not one per attempt (:class:`~warden.logs.LineRate`); the
+audit log records every one."""
+REFUSAL_BURST: Final = 20.0
 
 
 @final
@@ -28,6 +36,7 @@ class EgressRecorder:
         self._server_name = server_name
         self._server_id = server_id
         self._policy_digest = policy_digest
+        self._warnings = LineRate(REFUSALS_PER_SECOND, REFUSAL_BURST)
 
     def _egress(self, d: EgressDecision, tally: EgressTally | None = None) -> audit.Egress:
         return audit.Egress(host=audit.bounded_text(d.host, 256), port=d.port, address=d.address,
@@ -35,7 +44,10 @@ class EgressRecorder:
                             received=None if tally is None else tally.received)
 
     async def decided(self, decision: EgressDecision) -> int | None:
-        if not decision.allowed:
+        held = None if decision.allowed else self._warnings.admit(time.monotonic())
+        if held:
+            log.warning("%s: (%d more egress refusals not shown; the audit log has each)", self._server_name, held)
+        if held is not None:
             log.warning("%s: egress %s", self._server_name,
                         refusal_text(Verdict(False, decision.reason, decision.rule)))
         if self._log is None:

@@ -14,7 +14,7 @@ from typing import Final, final
 import trio
 
 from warden.escape import for_terminal
-from warden.logs import MAX_LINE
+from warden.logs import MAX_LINE, LineRate
 from warden.secrets import Redactor
 
 log = logging.getLogger("warden.server")
@@ -38,9 +38,7 @@ class StderrTail:
         self._lines: deque[str] = deque()
         self._bytes = 0
         self._partial = b""
-        self._tokens = BURST
-        self._last = 0.0
-        self.suppressed = 0
+        self._rate = LineRate(LINES_PER_SECOND, BURST)
         self._ended = trio.Event()
 
     def tail(self, max_lines: int = 20) -> list[str]:
@@ -85,14 +83,8 @@ class StderrTail:
         self._bytes += len(text)
         while self._bytes > TAIL_BYTES and self._lines:
             self._bytes -= len(self._lines.popleft())
-        now = trio.current_time()
-        self._tokens = min(BURST, self._tokens + (now - self._last) * LINES_PER_SECOND)
-        self._last = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            if self.suppressed:
-                log.info("[%s] (%d stderr lines not shown)", self._name, self.suppressed)
-                self.suppressed = 0
+        held = self._rate.admit(trio.current_time())
+        if held:
+            log.info("[%s] (%d stderr lines not shown)", self._name, held)
+        if held is not None:
             log.info("[%s] %s", self._name, text)
-        else:
-            self.suppressed += 1
