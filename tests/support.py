@@ -372,6 +372,15 @@ def _listens_itself(pid: int, port: int) -> bool:
     return False
 
 
+def free_port() -> int:
+    """A port free on 127.0.0.1 now: for a process that must be told its port before it listens, which may then
+    find it taken (:func:`start_listening` and ``warden_http(bind=FIXED_PORT)`` start it again on another)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
 def start_listening(start: Callable[[int], subprocess.Popen[bytes]], *, timeout: float = 90.0,
                     attempts: int = 5) -> tuple[int, subprocess.Popen[bytes]]:
     """Start a server process that takes its port as an argument, on a free port, and wait until *it* listens there.
@@ -381,9 +390,7 @@ def start_listening(start: Callable[[int], subprocess.Popen[bytes]], *, timeout:
     process holds the listening socket, and a server that exits before that is started again on another port.
     """
     for _ in range(attempts):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port: int = probe.getsockname()[1]
+        port = free_port()
         process = start(port)
         deadline = time.monotonic() + timeout
         while process.poll() is None and time.monotonic() < deadline:

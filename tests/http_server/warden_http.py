@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import socket
 import subprocess
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import trio
 
-from tests.support import WARDEN
+from tests.support import WARDEN, free_port
 from warden.cli._http import SERVING_PREFIX
 
 MODERN = "2026-07-28"
@@ -154,13 +153,6 @@ async def _serving(argv: list[str], cwd: Path, env: Mapping[str, str] | None, nu
     if not url:
         await process.wait()
     return process, lines, url[0] if url else ""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def sse_messages(text: str) -> list[dict[str, Any]]:
